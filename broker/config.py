@@ -1,0 +1,554 @@
+"""Broker configuration: a ``BrokerConfig`` dataclass and a Java ``.properties`` loader.
+
+Keys in broker.conf use RocketMQ's camelCase names (``listenPort``, ``brokerIP1``); the dataclass
+exposes them as snake_case attributes (``listen_port``, ``broker_ip1``). Defaults follow RocketMQ
+so an existing broker.conf means the same thing here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigError",
+    "load_broker_config",
+    "parse_properties",
+    "parse_delay_levels",
+    "default_broker_ip",
+    "key_to_attr",
+    "DEFAULT_MESSAGE_DELAY_LEVEL",
+]
+
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+CQ_UNIT_SIZE = 20
+
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_TOKEN = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+class ConfigError(ValueError):
+    """A broker.conf problem the operator must fix; the message names the key (and line when known)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.detail = message
+
+
+def key_to_attr(key: str) -> str:
+    """RocketMQ property name -> attribute name: ``brokerIP1`` -> ``broker_ip1``."""
+    return _CAMEL_BOUNDARY.sub("_", key).lower()
+
+
+@functools.lru_cache(maxsize=1)
+def default_broker_ip() -> str:
+    """First non-loopback IPv4 address of this host; 127.0.0.1 when there is none.
+
+    Tries the host name's addresses first, then asks the kernel which source address it would use for
+    an outbound UDP "connection" (no packet is sent by connect() on a datagram socket).
+    """
+    candidates: list[str] = []
+    try:
+        candidates.extend(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    for ip in candidates:
+        if not ip.startswith("127.") and ip != "0.0.0.0":
+            return ip
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            ip = probe.getsockname()[0]
+            if ip and not ip.startswith("127.") and ip != "0.0.0.0":
+                return ip
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``"1s 5s 10s ... 2h"`` -> delays in milliseconds, level 1 first. Raises ValueError when malformed."""
+    tokens = text.split()
+    if not tokens:
+        raise ValueError("expected a space-separated list like '1s 5s 1m 2h', got an empty value")
+    levels = []
+    for token in tokens:
+        match = _DELAY_TOKEN.match(token)
+        if match is None:
+            raise ValueError(
+                f"expected a space-separated list of durations with unit ms/s/m/h/d, bad item {token!r}"
+            )
+        levels.append(int(match.group(1)) * _DELAY_UNITS_MS[match.group(2)])
+    return levels
+
+
+def _default_broker_name() -> str:
+    """RocketMQ's default brokerName is the local host name."""
+    try:
+        return socket.gethostname() or "DEFAULT_BROKER"
+    except OSError:
+        return "DEFAULT_BROKER"
+
+
+def _env_namesrv_addr() -> str | None:
+    return os.environ.get("NAMESRV_ADDR") or None
+
+
+@dataclass
+class BrokerConfig:
+    """All broker settings. Attribute ``x_y`` is property ``xY`` in broker.conf (see ``key_to_attr``)."""
+
+    # identity / cluster
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = field(default_factory=lambda: _default_broker_name())
+    broker_id: int = 0
+    broker_role: str = "ASYNC_MASTER"
+    broker_ip1: str | None = None  # None -> first non-loopback IPv4 of the host
+    broker_ip2: str | None = None  # HA address; None -> broker_ip1
+    region_id: str = "DefaultRegion"
+    broker_permission: int = 6
+    # network
+    listen_port: int = 10911
+    listen_host: str = "0.0.0.0"
+    ha_listen_port: int | None = None  # None -> listen_port + 1 (see ha_port)
+    namesrv_addr: str | None = field(default_factory=_env_namesrv_addr)
+    frame_max_length: int = 16 * 1024 * 1024
+    metrics_port: int = 0
+    enable_embedded_namesrv: bool = True
+    namesrv_listen_port: int = 9876
+    register_name_server_period: int = 30_000
+    channel_expired_timeout: int = 120_000
+    # store
+    store_path_root_dir: str = "~/store"
+    store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_UNIT_SIZE
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    sync_flush_timeout: int = 5000
+    delete_when: str = "04"
+    file_reserved_time: int = 72
+    disk_max_used_space_ratio: int = 75
+    max_message_size: int = 4 * 1024 * 1024
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    enabled_append_prop_crc: bool = False
+    auto_message_version_on_topic_len: bool = True
+    store_type: str = "default"
+    # topics / groups / consumption
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    enable_property_filter: bool = False
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    slave_read_enable: bool = False
+    trace_on: bool = True
+    trace_topic_enable: bool = False
+    flush_consumer_offset_interval: int = 5000
+    # transactions
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 30_000
+
+    def __post_init__(self) -> None:
+        self._normalize_and_check()
+
+    # -- derived values ---------------------------------------------------------------------------
+    @property
+    def broker_addr(self) -> str:
+        """``ip:port`` registered in routes and written into stored messages as store host."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_port}"
+
+    @property
+    def ha_port(self) -> int:
+        """haListenPort, defaulting to listenPort + 1 like RocketMQ."""
+        return self.ha_listen_port if self.ha_listen_port is not None else self.listen_port + 1
+
+    @property
+    def commit_log_dir(self) -> str:
+        """storePathCommitLog, defaulting to <storePathRootDir>/commitlog."""
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def config_dir(self) -> str:
+        """Where topics.json, consumerOffset.json, subscriptionGroup.json live."""
+        return os.path.join(self.store_path_root_dir, "config")
+
+    @property
+    def namesrv_addr_list(self) -> list[str]:
+        if not self.namesrv_addr:
+            return []
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_role != "SLAVE"
+
+    def delay_levels_ms(self) -> list[int]:
+        """Delay per level in ms; index 0 is level 1."""
+        return parse_delay_levels(self.message_delay_level)
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """RocketMQ property names accepted in broker.conf -> attribute names."""
+        return dict(_KEY_TO_ATTR)
+
+    def to_properties(self) -> dict[str, str]:
+        """The effective configuration as RocketMQ property strings (for GET_BROKER_CONFIG style admin)."""
+        out = {}
+        for key, attr in _KEY_TO_ATTR.items():
+            value = getattr(self, attr)
+            if value is None:
+                continue
+            out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return out
+
+    def to_store_config(self) -> Any:
+        """Settings the message store needs, as ``broker.store.message_store.StoreConfig``."""
+        try:  # imported lazily: config must load without the store
+            from broker.store.message_store import StoreConfig
+        except ImportError:
+            from broker.store.types import StoreConfig
+
+        values = {
+            "root_dir": self.store_path_root_dir,
+            "commit_log_dir": self.commit_log_dir,
+            "mapped_file_size_commit_log": self.mapped_file_size_commit_log,
+            "mapped_file_size_consume_queue": self.mapped_file_size_consume_queue,
+            "flush_disk_type": self.flush_disk_type,
+            "flush_interval_commit_log_ms": self.flush_interval_commit_log,
+            "sync_flush_timeout_ms": self.sync_flush_timeout,
+            "file_reserved_time_hours": self.file_reserved_time,
+            "delete_when": self.delete_when,
+            "disk_max_used_space_ratio": self.disk_max_used_space_ratio,
+            "max_message_size": self.max_message_size,
+            "message_index_enable": self.message_index_enable,
+            "max_hash_slot_num": self.max_hash_slot_num,
+            "max_index_num": self.max_index_num,
+            "message_delay_level": self.message_delay_level,
+            "store_host": _pack_store_host(self.broker_ip1 or "127.0.0.1", self.listen_port),
+        }
+        accepted = {f.name for f in dataclasses.fields(StoreConfig)}
+        dropped = sorted(set(values) - accepted)
+        if dropped:
+            log.debug("StoreConfig has no field(s) %s; not passed", ", ".join(dropped))
+        return StoreConfig(**{k: v for k, v in values.items() if k in accepted})
+
+    # -- validation -------------------------------------------------------------------------------
+    def _normalize_and_check(self) -> None:
+        """Fill derived defaults and reject values RocketMQ would refuse or misbehave with."""
+        if self.broker_ip1 is None or str(self.broker_ip1).strip() == "":
+            self.broker_ip1 = default_broker_ip()
+        self.store_path_root_dir = _expand_path(self.store_path_root_dir)
+        if self.store_path_commit_log:
+            self.store_path_commit_log = _expand_path(self.store_path_commit_log)
+        else:
+            self.store_path_commit_log = None
+        # RocketMQ rounds the consume-queue file size up to a whole number of 20-byte units.
+        if self.mapped_file_size_consume_queue > 0:
+            units = -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE)
+            self.mapped_file_size_consume_queue = units * CQ_UNIT_SIZE
+        if self.flush_disk_type not in FLUSH_DISK_TYPES:
+            raise ConfigError(
+                f"expected one of {', '.join(FLUSH_DISK_TYPES)}, got {self.flush_disk_type!r}", "flushDiskType"
+            )
+        if self.broker_role not in BROKER_ROLES:
+            raise ConfigError(f"expected one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}", "brokerRole")
+        if self.broker_role != "SLAVE":
+            self.broker_id = 0  # masters always register as id 0, as RocketMQ does
+        elif self.broker_id <= 0:
+            raise ConfigError(f"a SLAVE needs brokerId > 0, got {self.broker_id}", "brokerId")
+        for attr in ("listen_port", "namesrv_listen_port"):
+            _check_port(self, attr, allow_zero=False)
+        if self.ha_listen_port is not None:
+            _check_port(self, "ha_listen_port", allow_zero=False)
+        _check_port(self, "metrics_port", allow_zero=True)
+        for attr in (
+            "mapped_file_size_commit_log",
+            "mapped_file_size_consume_queue",
+            "max_message_size",
+            "frame_max_length",
+            "default_topic_queue_nums",
+            "max_hash_slot_num",
+            "max_index_num",
+            "flush_interval_commit_log",
+            "sync_flush_timeout",
+            "register_name_server_period",
+            "channel_expired_timeout",
+            "flush_consumer_offset_interval",
+            "short_polling_time_mills",
+        ):
+            if getattr(self, attr) <= 0:
+                raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
+        if self.file_reserved_time < 0:
+            raise ConfigError(f"must be >= 0, got {self.file_reserved_time}", "fileReservedTime")
+        if not 10 <= self.disk_max_used_space_ratio <= 95:
+            # RocketMQ clamps to [10, 95]; silently clamping hides typos like 750, so refuse.
+            raise ConfigError(
+                f"expected a percentage between 10 and 95, got {self.disk_max_used_space_ratio}",
+                "diskMaxUsedSpaceRatio",
+            )
+        if not 0 <= self.broker_permission <= 15:
+            raise ConfigError(f"expected permission bits 0..15, got {self.broker_permission}", "brokerPermission")
+        for hour in self.delete_when.split(";"):
+            if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
+                raise ConfigError(
+                    f"expected hours of day 00..23 separated by ';', got {self.delete_when!r}", "deleteWhen"
+                )
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise ConfigError(str(exc), "messageDelayLevel") from None
+        if self.message_delay_level != " ".join(self.message_delay_level.split()):
+            self.message_delay_level = " ".join(self.message_delay_level.split())
+
+
+def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:
+    value = getattr(cfg, attr)
+    low = 0 if allow_zero else 1
+    if not low <= value <= 65535:
+        raise ConfigError(f"expected a TCP port {low}..65535, got {value}", _ATTR_TO_KEY[attr])
+
+
+def _expand_path(path: str) -> str:
+    """``~``, ``${user.home}``, ``${user.dir}`` and ``${ENV}`` expanded; relative paths are made absolute
+    against the current working directory (where the broker was started)."""
+    path = path.replace("${user.home}", os.path.expanduser("~")).replace("${user.dir}", os.getcwd())
+    path = os.path.expandvars(os.path.expanduser(path))
+    return os.path.abspath(path)
+
+
+def _pack_store_host(ip: str, port: int) -> bytes:
+    try:
+        from protocol.ids import pack_host
+    except ImportError:  # protocol.ids not available yet: same 8/20-byte layout
+        pack_host = None
+    if pack_host is not None:
+        return pack_host(ip, port)
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    return socket.inet_pton(family, ip) + port.to_bytes(4, "big")
+
+
+# -- key tables -------------------------------------------------------------------------------------
+_SPECIAL_KEYS = {
+    "broker_ip1": "brokerIP1",
+    "broker_ip2": "brokerIP2",
+    "enabled_append_prop_crc": "enabledAppendPropCRC",
+}
+
+
+def _attr_to_key(attr: str) -> str:
+    if attr in _SPECIAL_KEYS:
+        return _SPECIAL_KEYS[attr]
+    head, *rest = attr.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+_FIELD_TYPES: dict[str, type] = {}
+_ATTR_TO_KEY: dict[str, str] = {}
+_KEY_TO_ATTR: dict[str, str] = {}
+for _f in dataclasses.fields(BrokerConfig):
+    _type = _f.type if isinstance(_f.type, str) else _f.type.__name__
+    _FIELD_TYPES[_f.name] = {"int": int, "bool": bool, "str": str}.get(_type.split(" |")[0], str)
+    _ATTR_TO_KEY[_f.name] = _attr_to_key(_f.name)
+    _KEY_TO_ATTR[_attr_to_key(_f.name)] = _f.name
+    assert key_to_attr(_attr_to_key(_f.name)) == _f.name, _f.name
+_OPTIONAL_ATTRS = {f.name for f in dataclasses.fields(BrokerConfig) if "None" in str(f.type)}
+
+
+def _convert(attr: str, raw: Any) -> Any:
+    """A property value (string, or an already-typed override) -> the attribute's type."""
+    kind = _FIELD_TYPES[attr]
+    if raw is None:
+        if attr in _OPTIONAL_ATTRS:
+            return None
+        raise ConfigError("a value is required", _ATTR_TO_KEY[attr])
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ConfigError(f"expected true or false, got {str(raw)!r}", _ATTR_TO_KEY[attr])
+    if kind is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        text = str(raw).strip()
+        if re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        raise ConfigError(f"expected an integer, got {str(raw)!r}", _ATTR_TO_KEY[attr])
+    text = str(raw)
+    if attr in _OPTIONAL_ATTRS and text.strip() == "":
+        return None
+    return text
+
+
+# -- .properties parsing ----------------------------------------------------------------------------
+_WHITESPACE = " \t\f"
+_SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, source: str = "broker.conf") -> list[tuple[int, str, str]]:
+    """Parse Java ``.properties`` text into ``(line_number, key, value)`` in file order.
+
+    Follows java.util.Properties.load: ``#``/``!`` comments, ``=``/``:``/whitespace separators,
+    backslash line continuation (leading whitespace of the next line dropped), ``\\t \\n \\r \\f \\uXXXX``
+    escapes. Unlike Java, unescaped trailing whitespace of a value is trimmed (a stray space after
+    ``listenPort=10911 `` is a classic outage).
+    """
+    entries: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        start_line = index + 1
+        line = lines[index].lstrip(_WHITESPACE)
+        index += 1
+        if not line or line[0] in "#!":
+            continue
+        logical = line
+        while _ends_with_continuation(logical) and index < len(lines):
+            logical = logical[:-1] + lines[index].lstrip(_WHITESPACE)
+            index += 1
+        if _ends_with_continuation(logical):  # continuation at end of file: Java drops the backslash
+            logical = logical[:-1]
+        raw_key, raw_value = _split_key_value(logical)
+        try:
+            key = _unescape(raw_key)
+            value = _unescape(_rstrip_unescaped(raw_value))
+        except ValueError as exc:
+            raise ConfigError(f"{source} line {start_line}: {exc}") from None
+        entries.append((start_line, key, value))
+    return entries
+
+
+def _ends_with_continuation(line: str) -> bool:
+    backslashes = len(line) - len(line.rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    pos = 0
+    length = len(line)
+    while pos < length:
+        char = line[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char in "=:" or char in _WHITESPACE:
+            break
+        pos += 1
+    key = line[:pos]
+    rest = line[pos:].lstrip(_WHITESPACE)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_WHITESPACE)
+    return key, rest
+
+
+def _rstrip_unescaped(value: str) -> str:
+    end = len(value)
+    while end > 0 and value[end - 1] in _WHITESPACE:
+        backslashes = 0
+        probe = end - 2
+        while probe >= 0 and value[probe] == "\\":
+            backslashes += 1
+            probe -= 1
+        if backslashes % 2 == 1:  # the whitespace is escaped: keep it
+            break
+        end -= 1
+    return value[:end]
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out = []
+    pos = 0
+    length = len(text)
+    while pos < length:
+        char = text[pos]
+        if char != "\\":
+            out.append(char)
+            pos += 1
+            continue
+        if pos + 1 >= length:
+            pos += 1
+            continue
+        nxt = text[pos + 1]
+        if nxt == "u":
+            digits = text[pos + 2 : pos + 6]
+            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"malformed \\uXXXX escape {text[pos:pos + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            pos += 6
+            continue
+        out.append(_SIMPLE_ESCAPES.get(nxt, nxt))
+        pos += 2
+    return "".join(out)
+
+
+def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+    """Read broker.conf (Java properties) and apply ``overrides`` (RocketMQ key or attribute name -> value).
+
+    Unknown keys are logged as warnings and ignored; malformed values raise ``ConfigError`` naming the
+    file line and the key. ``path=None`` starts from defaults.
+    """
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    source = "broker.conf"
+    if path is not None:
+        source = os.path.basename(os.fspath(path))
+        try:
+            with open(path, "r", encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from None
+        for line_no, key, value in parse_properties(text, source):
+            attr = _KEY_TO_ATTR.get(key)
+            if attr is None and key in _FIELD_TYPES:  # snake_case spelling accepted too
+                attr = key
+            if attr is None:
+                log.warning("%s line %d: unknown key %r ignored", source, line_no, key)
+                continue
+            where = f"{source} line {line_no}"
+            values[attr] = _convert_at(attr, value, where)
+            origin[attr] = where
+    for key, value in (overrides or {}).items():
+        attr = _KEY_TO_ATTR.get(key) or (key if key in _FIELD_TYPES else None)
+        if attr is None:
+            raise ConfigError(f"override: unknown key {key!r}", key)
+        values[attr] = _convert_at(attr, value, "override")
+        origin[attr] = "override"
+    try:
+        return BrokerConfig(**values)
+    except ConfigError as exc:
+        attr = _KEY_TO_ATTR.get(exc.key or "", "")
+        where = origin.get(attr, source)
+        raise ConfigError(f"{where}: key '{exc.key}': {exc.detail}", exc.key) from None
+
+
+def _convert_at(attr: str, value: Any, where: str) -> Any:
+    try:
+        return _convert(attr, value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: key '{exc.key}': {exc.detail}", exc.key) from None

@@ -1,0 +1,250 @@
+"""Topic configurations of this broker (``protocol.bodies.TopicConfig`` objects), persisted as config/topics.json.
+
+Holds the system topics every RocketMQ broker has, creates topics on first send through TBW102
+(reference §4.3.5), retry/DLQ topics for consumer groups, and tells listeners about every change
+so the broker re-registers its routes with the name server(s) immediately.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from typing import TYPE_CHECKING, Any, Iterable
+
+from broker.managers.persistence import PersistentTable, bump_version
+from protocol.bodies import DataVersion, TopicConfig
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+FILE_NAME = "topics.json"
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SCHEDULE_QUEUE_NUMS = 18
+DLQ_NUMS_PER_GROUP = 1
+
+TOPIC_MAX_LENGTH = 127
+RETRY_DLQ_TOPIC_MAX_LENGTH = 255
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# Producers may not send to these directly (RocketMQ's "not allowed send" system topics).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "rmq_sys_wheel_timer"}
+)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def validate_topic(topic: str | None) -> str | None:
+    """None when ``topic`` is a legal name, else the reason (used as the response remark)."""
+    if not topic:
+        return "The specified topic is blank."
+    limit = (
+        RETRY_DLQ_TOPIC_MAX_LENGTH
+        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        else TOPIC_MAX_LENGTH
+    )
+    if len(topic) > limit:
+        return f"The specified topic is longer than topic max length {limit}."
+    if not _TOPIC_CHARS.match(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+class TopicConfigManager(PersistentTable):
+    """topic name -> TopicConfig, with RocketMQ's auto-creation rules."""
+
+    def __init__(self, config: "BrokerConfig", config_dir: str | None = None) -> None:
+        super().__init__(os.path.join(config_dir or config.config_dir, FILE_NAME))
+        self.broker_config = config
+        self.data_version = DataVersion()
+        self.topics: dict[str, TopicConfig] = {}
+        self.system_topics: set[str] = set()
+        self._add_system_topics()
+
+    # -- system topics -----------------------------------------------------------------------------
+    def _add_system(self, topic: TopicConfig) -> None:
+        self.topics[topic.topic_name] = topic
+        self.system_topics.add(topic.topic_name)
+
+    def _add_system_topics(self) -> None:
+        cfg = self.broker_config
+        rw = PERM_READ | PERM_WRITE
+        self._add_system(TopicConfig(SELF_TEST_TOPIC, 1, 1))
+        if cfg.auto_create_topic_enable:
+            queues = cfg.default_topic_queue_nums
+            self._add_system(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, queues, queues, rw | PERM_INHERIT))
+        self._add_system(TopicConfig(cfg.broker_cluster_name, 16, 16, rw | PERM_INHERIT))
+        self._add_system(TopicConfig(cfg.broker_name, 1, 1, rw | PERM_INHERIT))
+        self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
+        self._add_system(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
+        if cfg.trace_topic_enable:
+            self._add_system(TopicConfig(TRACE_TOPIC, 1, 1))
+
+    def is_system_topic(self, topic: str) -> bool:
+        return topic in self.system_topics or topic.startswith("rmq_sys_")
+
+    @staticmethod
+    def is_not_allowed_send_topic(topic: str) -> bool:
+        return topic in NOT_ALLOWED_SEND_TOPICS
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self.topics
+
+    def topic_names(self) -> list[str]:
+        return list(self.topics)
+
+    def snapshot(self) -> tuple[dict[str, TopicConfig], DataVersion]:
+        """Copies of the table and data version, for route registration."""
+        return (
+            {name: copy.copy(tc) for name, tc in self.topics.items()},
+            copy.copy(self.data_version),
+        )
+
+    # -- creation ----------------------------------------------------------------------------------
+    def create_topic_in_send_callback(
+        self,
+        topic: str,
+        default_topic: str | None,
+        remote_address: str | None = None,
+        client_default_topic_queue_nums: int = 4,
+        topic_sys_flag: int = 0,
+    ) -> TopicConfig | None:
+        """The topic's config, auto-created from ``default_topic`` (normally TBW102) if unknown.
+
+        Unknown ``%RETRY%`` topics get 1 queue, perm 6. Otherwise the default topic must exist and be
+        inheritable: the new topic gets min(client queue nums, default's write queues) queues and the
+        default's perm without INHERIT. Returns None when the topic cannot be created.
+        """
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        if validate_topic(topic) is not None:
+            return None
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._create(TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE, topic_sys_flag=topic_sys_flag))
+        if not default_topic:
+            return None
+        default = self.topics.get(default_topic)
+        if default is None:
+            return None
+        perm = default.perm
+        if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.broker_config.auto_create_topic_enable:
+            perm &= ~PERM_INHERIT
+        if not perm & PERM_INHERIT:
+            return None
+        queues = max(0, min(int(client_default_topic_queue_nums), default.write_queue_nums))
+        if queues <= 0:
+            return None
+        return self._create(
+            TopicConfig(topic, queues, queues, perm & ~PERM_INHERIT, topic_sys_flag=topic_sys_flag)
+        )
+
+    def create_topic_if_absent(
+        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
+        """Create ``topic`` with the given shape unless it exists (send-back / internal topics)."""
+        existing = self.topics.get(topic)
+        if existing is not None:
+            return existing
+        if validate_topic(topic) is not None:
+            return None
+        return self._create(TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag))
+
+    def create_retry_topic(
+        self, group: str, queue_nums: int = 1, perm: int = PERM_READ | PERM_WRITE
+    ) -> TopicConfig | None:
+        """``%RETRY%<group>`` (created on heartbeat for every consumer group)."""
+        return self.create_topic_if_absent(retry_topic(group), max(1, queue_nums), perm)
+
+    def create_dlq_topic(self, group: str) -> TopicConfig | None:
+        """``%DLQ%<group>``: one queue, perm 6."""
+        return self.create_topic_if_absent(dlq_topic(group), DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
+
+    def update_topic(self, topic_config: TopicConfig) -> TopicConfig:
+        """Create or replace (admin UPDATE_AND_CREATE_TOPIC). Raises ValueError on an illegal name."""
+        problem = validate_topic(topic_config.topic_name)
+        if problem is not None:
+            raise ValueError(problem)
+        stored = copy.copy(topic_config)
+        old = self.topics.get(stored.topic_name)
+        if old == stored:
+            return old
+        self.topics[stored.topic_name] = stored
+        self._bump()
+        return stored
+
+    def update_order_flags(self, ordered_topics: Iterable[str]) -> None:
+        """Mark exactly ``ordered_topics`` as ordered (name server KV order config)."""
+        wanted = set(ordered_topics)
+        changed = False
+        for name, tc in self.topics.items():
+            if tc.order != (name in wanted):
+                tc.order = name in wanted
+                changed = True
+        if changed:
+            self._bump()
+
+    def delete_topic(self, topic: str) -> bool:
+        if self.topics.pop(topic, None) is None:
+            return False
+        self._bump()
+        return True
+
+    def _create(self, topic_config: TopicConfig) -> TopicConfig:
+        self.topics[topic_config.topic_name] = topic_config
+        self._bump()
+        return topic_config
+
+    def _bump(self) -> None:
+        bump_version(self.data_version)
+        self._changed()
+
+    # -- persistence -------------------------------------------------------------------------------
+    def encode(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: tc.to_json() for name, tc in self.topics.items()},
+        }
+
+    def decode(self, obj: dict[str, Any]) -> None:
+        self.data_version = DataVersion.from_json(obj.get("dataVersion"))
+        for name, raw in (obj.get("topicConfigTable") or {}).items():
+            if isinstance(raw, dict):
+                topic = TopicConfig.from_json(raw)
+                topic.topic_name = topic.topic_name or name
+                self.topics[name] = topic
+        if not self.broker_config.auto_create_topic_enable:
+            # Advertising TBW102 would let producers auto-create topics through us.
+            self.topics.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+
+    def load(self) -> bool:
+        found = super().load()
+        bump_version(self.data_version)  # a restarted broker must look changed to the name server
+        return found
