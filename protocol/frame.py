@@ -1,0 +1,104 @@
+"""Incremental, sans-I/O frame decoder: bytes in, RemotingCommands out.
+
+Linear in the input: complete frames are decoded straight from the caller's chunk (no copy into the
+buffer); only the unfinished tail of one frame is ever buffered, so memory stays below
+max_frame_size + 4 bytes whatever the peer sends.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.command import ProtocolError, RemotingCommand, decode_command
+
+__all__ = ["FrameDecoder", "ProtocolError", "DEFAULT_MAX_FRAME_SIZE"]
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+_LENGTH = struct.Struct(">i")
+_unpack_length = _LENGTH.unpack_from
+
+
+class FrameDecoder:
+    """Feed received bytes; get back every command they complete. Raises ProtocolError on a bad frame,
+    after which the decoder stays failed (the connection must be closed)."""
+
+    __slots__ = ("max_frame_size", "_buf", "_need", "_failed")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()  # unfinished frame (length field included)
+        self._need = 4  # total bytes (incl. length field) the buffered frame needs; 4 until length known
+        self._failed: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes currently held for an incomplete frame."""
+        return len(self._buf)
+
+    def _check_length(self, length: int) -> None:
+        if length < 4:
+            self._fail(f"frame length {length} is smaller than the type word")
+        if length > self.max_frame_size:
+            self._fail(f"frame length {length} exceeds the maximum {self.max_frame_size}")
+
+    def _fail(self, message: str) -> None:
+        self._failed = ProtocolError(message)
+        self._buf = bytearray()
+        raise ProtocolError(message)
+
+    def _decode(self, payload: memoryview) -> RemotingCommand:
+        try:
+            return decode_command(payload)
+        except ProtocolError as exc:
+            self._failed = exc
+            self._buf = bytearray()
+            raise
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        if self._failed is not None:
+            raise ProtocolError(f"decoder already failed: {self._failed}")
+        out: list[RemotingCommand] = []
+        view = memoryview(data)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        size = len(view)
+        pos = 0
+        buf = self._buf
+        if buf:
+            # Complete the buffered frame first, appending no more than it needs.
+            while pos < size:
+                take = min(self._need - len(buf), size - pos)
+                buf += view[pos : pos + take]
+                pos += take
+                if len(buf) < self._need:
+                    break
+                if self._need == 4:
+                    (length,) = _unpack_length(buf, 0)
+                    self._check_length(length)
+                    self._need = 4 + length
+                    continue
+                with memoryview(buf) as frame_view:
+                    out.append(self._decode(frame_view[4:]))
+                buf.clear()
+                self._need = 4
+                break
+            if buf:
+                return out
+        # Decode whole frames directly from the caller's chunk.
+        max_size = self.max_frame_size
+        while size - pos >= 4:
+            (length,) = _unpack_length(view, pos)
+            if length < 4 or length > max_size:
+                self._check_length(length)
+            end = pos + 4 + length
+            if end > size:
+                self._need = 4 + length
+                break
+            out.append(self._decode(view[pos + 4 : end]))
+            pos = end
+        if pos < size:
+            if size - pos < 4:
+                self._need = 4
+            buf += view[pos:]
+        return out

@@ -1,0 +1,526 @@
+"""Typed custom headers (the `extFields` of a command) with liberal decoding.
+
+A header class lists its fields declaratively::
+
+    class GetMaxOffsetRequestHeader(Header):
+        topic = F("topic", str, required=True)
+        queue_id = F("queueId", int, required=True)
+
+At class creation the metaclass generates straight-line `decode`, `encode`, `__init__`, `__eq__` and
+`__repr__` functions for that exact field list, so decoding a header costs a few dict look-ups and
+conversions and no per-field loop or reflection (this runs once per request on the hot path).
+
+Decoding accepts str/int/bool/float for every field (clients in the wild send JSON numbers and
+booleans), converts by declared type, ignores unknown keys and fills defaults. A missing required
+field, or a value that cannot be converted, raises HeaderError naming the wire key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+__all__ = ["HeaderError", "F", "Header"]  # header classes are appended at the bottom
+
+
+class HeaderError(ValueError):
+    """A request's custom header is unusable (missing required field or unconvertible value)."""
+
+
+_EMPTY: Mapping[str, Any] = {}
+_TYPES = (str, int, bool, float)
+
+
+class F:
+    """Declaration of one header field: wire name, type, required flag, default, aliases, V2 short key."""
+
+    __slots__ = ("wire", "type", "required", "default", "aliases", "short", "attr")
+
+    def __init__(
+        self,
+        wire: str,
+        type: type = str,
+        *,
+        required: bool = False,
+        default: Any = None,
+        aliases: tuple[str, ...] = (),
+        short: str | None = None,
+    ) -> None:
+        if type not in _TYPES:
+            raise TypeError(f"unsupported header field type {type!r}")
+        self.wire = wire
+        self.type = type
+        self.required = required
+        self.default = default
+        self.aliases = tuple(aliases)
+        self.short = short
+        self.attr = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# slow-path converters (the generated code only calls these when the value is not already a str
+# of the right shape)
+
+
+def _conv_int(value: Any, key: str) -> int | None:
+    if type(value) is bool:
+        return int(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise HeaderError(f"header field {key!r}: expected an integer, got {value!r}")
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            as_float = float(text)
+        except ValueError:
+            as_float = None
+        if as_float is not None and as_float.is_integer():
+            return int(as_float)
+    raise HeaderError(f"header field {key!r}: expected an integer, got {str(value)[:60]!r}")
+
+
+def _conv_bool(value: Any, key: str) -> bool | None:
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        return text.lower() == "true"  # Java Boolean.parseBoolean
+    if isinstance(value, (int, float)):
+        return value != 0
+    raise HeaderError(f"header field {key!r}: expected a boolean, got {str(value)[:60]!r}")
+
+
+def _conv_float(value: Any, key: str) -> float | None:
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    elif isinstance(value, (int, float)):
+        return float(value)
+    raise HeaderError(f"header field {key!r}: expected a number, got {str(value)[:60]!r}")
+
+
+def _conv_str(value: Any, key: str) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, int):
+        return str(int(value))
+    return str(value)
+
+
+def _wire_bool(value: Any) -> str:
+    if isinstance(value, str):
+        return "true" if value.strip().lower() == "true" else "false"
+    return "true" if value else "false"
+
+
+def _wire_value(value: Any) -> str:
+    return _conv_str(value, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# code generation
+
+
+def _decode_source(fields: list[F], use_short: bool) -> list[str]:
+    """Lines of a decode function body for the given fields (mapping in `ext`, result in `self`)."""
+    lines = ["    get = (_EMPTY if ext is None else ext).get", "    self = _new(cls)"]
+    for i, f in enumerate(fields):
+        keys = ([f.short, f.wire] if use_short and f.short else [f.wire]) + list(f.aliases)
+        key = keys[0]
+        label = f"{key} ({f.wire})" if key != f.wire else key
+        missing = f"missing required header field '{key}'" + (f" ({f.wire})" if key != f.wire else "")
+        lines.append(f"    v = get({key!r})")
+        for alt in keys[1:]:
+            lines.append(f"    if v is None: v = get({alt!r})")
+        if f.type is str:
+            lines.append("    if v is not None and type(v) is not str:")
+            lines.append(f"        v = _conv_str(v, {label!r})")
+        elif f.type is int:
+            lines.append("    if v is not None and type(v) is not int:")
+            lines.append("        if type(v) is str:")
+            lines.append("            try: v = int(v)")
+            lines.append(f"            except ValueError: v = _conv_int(v, {label!r})")
+            lines.append(f"        else: v = _conv_int(v, {label!r})")
+        elif f.type is bool:
+            lines.append("    if v is not None and type(v) is not bool:")
+            lines.append("        if v == 'true' or v == 'false': v = v == 'true'")
+            lines.append(f"        else: v = _conv_bool(v, {label!r})")
+        else:
+            lines.append("    if v is not None and type(v) is not float:")
+            lines.append(f"        v = _conv_float(v, {label!r})")
+        lines.append("    if v is None:")
+        if f.required:
+            lines.append(f"        raise HeaderError({missing!r})")
+        else:
+            lines.append(f"        v = _default_{i}")
+        lines.append(f"    self.{f.attr} = v")
+    lines.append("    return self")
+    return lines
+
+
+def _encode_source(fields: list[F], use_short: bool) -> list[str]:
+    lines = ["    d = {}"]
+    for f in fields:
+        key = f.short if use_short and f.short else f.wire
+        lines.append(f"    v = self.{f.attr}")
+        lines.append("    if v is not None:")
+        if f.type is bool:
+            lines.append(f"        d[{key!r}] = 'true' if v is True else ('false' if v is False else _wire_bool(v))")
+        elif f.type is int:
+            lines.append(f"        d[{key!r}] = str(v) if type(v) is int else _wire_value(v)")
+        else:
+            lines.append(f"        d[{key!r}] = v if type(v) is str else _wire_value(v)")
+    lines.append("    return d")
+    return lines
+
+
+def _build(cls: type, fields: list[F]) -> None:
+    namespace: dict[str, Any] = {
+        "_EMPTY": _EMPTY,
+        "_new": object.__new__,
+        "HeaderError": HeaderError,
+        "_conv_int": _conv_int,
+        "_conv_bool": _conv_bool,
+        "_conv_float": _conv_float,
+        "_conv_str": _conv_str,
+        "_wire_bool": _wire_bool,
+        "_wire_value": _wire_value,
+    }
+    for i, f in enumerate(fields):
+        namespace[f"_default_{i}"] = f.default
+    src: list[str] = []
+    # __init__: keyword arguments, every field optional at construction time
+    params = ", ".join(f"{f.attr}=_default_{i}" for i, f in enumerate(fields))
+    src.append(f"def __init__(self{', *, ' + params if params else ''}):")
+    src.extend(f"    self.{f.attr} = {f.attr}" for f in fields)
+    if not fields:
+        src.append("    pass")
+    src.append("def decode(cls, ext):")
+    src.extend(_decode_source(fields, False))
+    src.append("def encode(self):")
+    src.extend(_encode_source(fields, False))
+    has_short = any(f.short for f in fields)
+    if has_short:
+        src.append("def decode_v2(cls, ext):")
+        src.extend(_decode_source(fields, True))
+        src.append("def encode_v2(self):")
+        src.extend(_encode_source(fields, True))
+    exec("\n".join(src), namespace)  # noqa: S102 - generated from the class's own field declarations
+    cls.__init__ = namespace["__init__"]
+    cls.decode = classmethod(namespace["decode"])
+    cls.encode = namespace["encode"]
+    if has_short:
+        cls.decode_v2 = classmethod(namespace["decode_v2"])
+        cls.encode_v2 = namespace["encode_v2"]
+
+
+class _HeaderMeta(type):
+    def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any]):
+        inherited: list[F] = []
+        for base in bases:
+            inherited.extend(getattr(base, "_fields", ()))
+        own: list[F] = []
+        for attr, value in list(ns.items()):
+            if isinstance(value, F):
+                value.attr = attr
+                own.append(value)
+                del ns[attr]
+        own_names = {f.attr for f in own}
+        fields = [f for f in inherited if f.attr not in own_names] + own
+        ns["__slots__"] = tuple(f.attr for f in own if f.attr not in {g.attr for g in inherited})
+        cls = super().__new__(mcls, name, bases, ns)
+        cls._fields = tuple(fields)
+        _build(cls, fields)
+        return cls
+
+
+class Header(metaclass=_HeaderMeta):
+    """Base of all custom headers. Subclasses declare fields with `F`."""
+
+    __slots__ = ()
+    _fields: tuple[F, ...] = ()
+
+    decode: Callable[[Mapping[str, Any] | None], "Header"]
+    encode: Callable[[], dict[str, str]]
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f.attr) == getattr(other, f.attr) for f in self._fields)
+
+    __hash__ = None  # mutable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.attr}={getattr(self, f.attr)!r}" for f in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Attribute name -> value (for logging and tests)."""
+        return {f.attr: getattr(self, f.attr) for f in self._fields}
+
+
+# =============================================================================================
+# Header classes (reference §3, §4). Python attribute = snake_case, wire key = Java field name.
+
+
+class SendMessageRequestHeader(Header):
+    """SEND_MESSAGE (10) uses the long names; SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE use a..n (decode_v2)."""
+
+    producer_group = F("producerGroup", str, required=True, short="a")
+    topic = F("topic", str, required=True, short="b")
+    default_topic = F("defaultTopic", str, required=True, short="c")
+    default_topic_queue_nums = F("defaultTopicQueueNums", int, required=True, short="d")
+    queue_id = F("queueId", int, required=True, short="e")
+    sys_flag = F("sysFlag", int, required=True, short="f")
+    born_timestamp = F("bornTimestamp", int, required=True, short="g")
+    flag = F("flag", int, required=True, short="h")
+    properties = F("properties", str, short="i")
+    reconsume_times = F("reconsumeTimes", int, default=0, short="j")
+    unit_mode = F("unitMode", bool, default=False, short="k")
+    max_reconsume_times = F("maxReconsumeTimes", int, short="l")
+    batch = F("batch", bool, default=False, short="m")
+    broker_name = F("brokerName", str, short="n")
+
+
+class SendMessageResponseHeader(Header):
+    msg_id = F("msgId", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    queue_offset = F("queueOffset", int, required=True)
+    transaction_id = F("transactionId", str)
+    batch_uniq_id = F("batchUniqId", str)
+    # Present in every send response from the Java broker; the Java client reads them directly.
+    msg_region = F("MSG_REGION", str)
+    trace_on = F("TRACE_ON", str)
+
+
+class PullMessageRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    queue_offset = F("queueOffset", int, required=True)
+    max_msg_nums = F("maxMsgNums", int, required=True)
+    sys_flag = F("sysFlag", int, required=True)
+    commit_offset = F("commitOffset", int, default=0)  # only read when the commit-offset flag is set
+    suspend_timeout_millis = F("suspendTimeoutMillis", int, default=15000)
+    subscription = F("subscription", str)
+    sub_version = F("subVersion", int, default=0)
+    expression_type = F("expressionType", str)
+    max_msg_bytes = F("maxMsgBytes", int)
+    request_source = F("requestSource", int)
+    bname = F("bname", str)
+
+
+class PullMessageResponseHeader(Header):
+    suggest_which_broker_id = F("suggestWhichBrokerId", int, required=True)
+    next_begin_offset = F("nextBeginOffset", int, required=True)
+    min_offset = F("minOffset", int, required=True)
+    max_offset = F("maxOffset", int, required=True)
+    topic_sys_flag = F("topicSysFlag", int)
+    group_sys_flag = F("groupSysFlag", int)
+    offset_delta = F("offsetDelta", int)
+    forbidden_type = F("forbiddenType", int)
+
+
+class QueryConsumerOffsetRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    set_zero_if_not_found = F("setZeroIfNotFound", bool)
+
+
+class QueryConsumerOffsetResponseHeader(Header):
+    offset = F("offset", int, required=True)
+
+
+class UpdateConsumerOffsetRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    commit_offset = F("commitOffset", int, required=True)
+
+
+class GetConsumerListByGroupRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+
+
+class GetMaxOffsetRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    committed = F("committed", bool, default=True)
+
+
+class GetMaxOffsetResponseHeader(Header):
+    offset = F("offset", int, required=True)
+
+
+class GetMinOffsetRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+
+
+class GetMinOffsetResponseHeader(Header):
+    offset = F("offset", int, required=True)
+
+
+class SearchOffsetRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+    timestamp = F("timestamp", int, required=True)
+    boundary_type = F("boundaryType", str, default="LOWER")
+
+
+class SearchOffsetResponseHeader(Header):
+    offset = F("offset", int, required=True)
+
+
+class GetEarliestMsgStoretimeRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    queue_id = F("queueId", int, required=True)
+
+
+class GetEarliestMsgStoretimeResponseHeader(Header):
+    timestamp = F("timestamp", int, required=True)
+
+
+class ViewMessageRequestHeader(Header):
+    offset = F("offset", int, required=True)
+    topic = F("topic", str)
+
+
+class QueryMessageRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    key = F("key", str, required=True)
+    max_num = F("maxNum", int, required=True)
+    begin_timestamp = F("beginTimestamp", int, required=True)
+    end_timestamp = F("endTimestamp", int, required=True)
+    unique_key_query = F("_UNIQUE_KEY_QUERY", bool, default=False)
+
+
+class QueryMessageResponseHeader(Header):
+    index_last_update_timestamp = F("indexLastUpdateTimestamp", int, required=True)
+    index_last_update_phyoffset = F("indexLastUpdatePhyoffset", int, required=True)
+
+
+class UnregisterClientRequestHeader(Header):
+    client_id = F("clientID", str, required=True)
+    producer_group = F("producerGroup", str)
+    consumer_group = F("consumerGroup", str)
+
+
+class ConsumerSendMsgBackRequestHeader(Header):
+    offset = F("offset", int, required=True)
+    group = F("group", str, required=True)
+    delay_level = F("delayLevel", int, required=True)
+    origin_msg_id = F("originMsgId", str)
+    origin_topic = F("originTopic", str)
+    unit_mode = F("unitMode", bool, default=False)
+    max_reconsume_times = F("maxReconsumeTimes", int)
+    bname = F("bname", str)
+
+
+class NotifyConsumerIdsChangedRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+
+
+class GetRouteInfoRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    accept_standard_json_only = F("acceptStandardJsonOnly", bool)
+
+
+class RegisterBrokerRequestHeader(Header):
+    broker_name = F("brokerName", str, required=True)
+    broker_addr = F("brokerAddr", str, required=True)
+    cluster_name = F("clusterName", str, required=True)
+    ha_server_addr = F("haServerAddr", str, required=True)
+    broker_id = F("brokerId", int, required=True)
+    heartbeat_timeout_millis = F("heartbeatTimeoutMillis", int)
+    enable_acting_master = F("enableActingMaster", bool)
+    compressed = F("compressed", bool, default=False)
+    body_crc32 = F("bodyCrc32", int, default=0)
+
+
+class RegisterBrokerResponseHeader(Header):
+    ha_server_addr = F("haServerAddr", str)
+    master_addr = F("masterAddr", str)
+
+
+class UnregisterBrokerRequestHeader(Header):
+    broker_name = F("brokerName", str, required=True)
+    broker_addr = F("brokerAddr", str, required=True)
+    cluster_name = F("clusterName", str, required=True)
+    broker_id = F("brokerId", int, required=True)
+
+
+class CreateTopicRequestHeader(Header):
+    topic = F("topic", str, required=True)
+    default_topic = F("defaultTopic", str, default="TBW102")
+    read_queue_nums = F("readQueueNums", int, required=True)
+    write_queue_nums = F("writeQueueNums", int, required=True)
+    perm = F("perm", int, required=True)
+    topic_filter_type = F("topicFilterType", str, default="SINGLE_TAG")
+    topic_sys_flag = F("topicSysFlag", int, default=0)
+    order = F("order", bool, default=False)
+    attributes = F("attributes", str)
+
+
+class DeleteTopicRequestHeader(Header):
+    topic = F("topic", str, required=True)
+
+
+class EndTransactionRequestHeader(Header):
+    producer_group = F("producerGroup", str, required=True)
+    tran_state_table_offset = F("tranStateTableOffset", int, required=True)
+    commit_log_offset = F("commitLogOffset", int, required=True)
+    commit_or_rollback = F("commitOrRollback", int, required=True)
+    from_transaction_check = F("fromTransactionCheck", bool, default=False)
+    msg_id = F("msgId", str, required=True)
+    transaction_id = F("transactionId", str)
+    topic = F("topic", str)
+
+
+class CheckTransactionStateRequestHeader(Header):
+    tran_state_table_offset = F("tranStateTableOffset", int, required=True)
+    commit_log_offset = F("commitLogOffset", int, required=True)
+    msg_id = F("msgId", str)
+    transaction_id = F("transactionId", str)
+    offset_msg_id = F("offsetMsgId", str)
+    topic = F("topic", str)
+
+
+class GetTopicStatsInfoRequestHeader(Header):
+    topic = F("topic", str, required=True)
+
+
+class GetConsumerConnectionListRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+
+
+class GetConsumeStatsRequestHeader(Header):
+    consumer_group = F("consumerGroup", str, required=True)
+    topic = F("topic", str)
+
+
+__all__ += [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, Header) and obj is not Header]
