@@ -1,0 +1,36 @@
+"""Request processors, one module per request family, and the single dispatch table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+def build_processors(broker: "Broker") -> dict[str, Any]:
+    """Instantiate every processor for `broker` (name -> processor)."""
+    from broker.processors.client_manage import ClientManageProcessor
+    from broker.processors.consumer_offset import ConsumerOffsetProcessor
+    from broker.processors.pull import PullProcessor
+    from broker.processors.query import QueryProcessor
+    from broker.processors.send import SendProcessor
+
+    return {
+        "send": SendProcessor(broker),
+        "pull": PullProcessor(broker),
+        "client_manage": ClientManageProcessor(broker),
+        "consumer_offset": ConsumerOffsetProcessor(broker),
+        "query": QueryProcessor(broker),
+    }
+
+
+def build_dispatch_table(processors: dict[str, Any]) -> dict[int, Any]:
+    """{request code: handler} from every processor; a code claimed twice is a bug."""
+    table: dict[int, Any] = {}
+    for name, processor in processors.items():
+        for code, handler in processor.handlers().items():
+            if int(code) in table:
+                raise ValueError(f"request code {int(code)} handled by two processors (second: {name})")
+            table[int(code)] = handler
+    return table

@@ -1,0 +1,171 @@
+"""The broker: store, managers, processors, remoting server(s) and background services.
+
+Lifetimes are explicit: `start()` brings everything up in dependency order, `shutdown()` takes
+it down in reverse (stop accepting, answer held pulls, persist state, close the store cleanly so
+the next start does a normal recovery). Background loops are tracked tasks cancelled and awaited
+on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.managers.consumer_manager import ConsumerManager
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.producer_manager import ProducerManager
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigManager
+from broker.processors import build_dispatch_table, build_processors
+from broker.remoting_server import RemotingServer
+from broker.store.message_store import MessageStore
+from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
+from protocol.ids import pack_host
+
+log = logging.getLogger(__name__)
+
+CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
+
+
+class Broker:
+    """One broker process worth of state and services."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store_host: bytes = pack_host(config.broker_ip1 or "127.0.0.1", config.listen_port)
+        self.store = MessageStore(config.to_store_config())
+        config_dir = config.config_dir
+        self.topic_config_manager = TopicConfigManager(config, config_dir)
+        self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
+        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
+        self.producer_manager = ProducerManager()
+        self.processors = build_processors(self)
+        self.dispatch_table = build_dispatch_table(self.processors)
+        self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
+                                     max_frame_size=config.frame_max_length, name="broker")
+        self.namesrv = None
+        self.registrar = None
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+        self._stopped = False
+
+    # ---- properties -----------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def namesrv_port(self) -> int | None:
+        return self.namesrv.port if self.namesrv is not None else None
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.config_dir, exist_ok=True)
+        self.topic_config_manager.load()
+        self.subscription_group_manager.load()
+        self.consumer_offset_manager.load()
+        self.store.load()
+        self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
+        await self.store.start()
+        self._started = True
+
+        from broker.namesrv.registrar import BrokerRegistrar
+
+        local_routes = None
+        if cfg.enable_embedded_namesrv:
+            from broker.namesrv.__main__ import NameServer
+
+            self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length)
+            await self.namesrv.start()
+            local_routes = self.namesrv.route_info
+        await self.server.start()
+        self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
+        await self.registrar.start()
+        self._spawn(self._client_housekeeping(), "client-housekeeping")
+        self._spawn(self._persist_offsets_periodically(), "offset-persistence")
+
+    def _spawn(self, coro, name: str) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+
+    async def shutdown(self) -> None:
+        """Graceful stop; safe to call twice or after a failed start."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.server.stop_accepting()
+        try:
+            self.processors["pull"].release_all()
+        except Exception:
+            log.exception("releasing held pulls failed")
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.registrar is not None:
+            try:
+                await asyncio.wait_for(self.registrar.close(), 3.0)
+            except (asyncio.TimeoutError, Exception):
+                log.warning("name server unregistration did not finish")
+        await asyncio.sleep(0)  # let queued responses (released pulls) reach the transports
+        await self.server.close()
+        if self.namesrv is not None:
+            await self.namesrv.close()
+        self._persist_all()
+        if self._started:
+            await self.store.shutdown()
+
+    def _persist_all(self) -> None:
+        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
+            try:
+                manager.persist()
+            except Exception:
+                log.exception("persisting %s failed", getattr(manager, "path", manager))
+
+    # ---- services -------------------------------------------------------------------------------
+    def notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
+        """One-way NOTIFY_CONSUMER_IDS_CHANGED (40) to every channel of `group`."""
+        for channel in channels:
+            request = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                              {"consumerGroup": group}, opaque=0, oneway=True)
+            try:
+                channel.send_oneway(request)
+            except Exception:
+                log.warning("notifying %s of group %s change failed", getattr(channel, "remote_addr", channel), group)
+
+    async def _client_housekeeping(self) -> None:
+        """Every 10 s: drop clients without heartbeat and close connections idle past the timeout."""
+        timeout_ms = self.config.channel_expired_timeout
+        while True:
+            await asyncio.sleep(CLIENT_HOUSEKEEPING_INTERVAL_S)
+            try:
+                expired = self.consumer_manager.scan_not_active(timeout_ms)
+                expired += self.producer_manager.scan_not_active(timeout_ms)
+                for client in expired:
+                    channel = client.channel
+                    if channel is not None and not getattr(channel, "closed", True):
+                        channel.close()
+                idle_limit = time.monotonic() - timeout_ms / 1000.0
+                for channel in list(self.server.channels):
+                    if channel.last_activity < idle_limit:
+                        log.info("closing idle connection %s", channel.remote_addr)
+                        channel.close()
+            except Exception:
+                log.exception("client housekeeping failed")
+
+    async def _persist_offsets_periodically(self) -> None:
+        interval = self.config.flush_consumer_offset_interval / 1000.0
+        manager = self.consumer_offset_manager
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if manager.dirty:
+                    await manager.persist_async()
+            except Exception:
+                log.exception("persisting consumer offsets failed")

@@ -1,0 +1,127 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46).
+
+Reference §4.1, §4.2, §4.6, §4.12, §4.13. NOTIFY_CONSUMER_IDS_CHANGED (40) is sent by the broker's
+`notify_consumer_ids_changed`, which the ConsumerManager calls on membership/subscription changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.managers.consumer_manager import CLUSTERING, ClientInfo
+from protocol.bodies import CheckClientRequestBody, ConsumerListBody, HeartbeatData
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SERIALIZE_TYPES_ANNOUNCEMENT = "JSON,ROCKETMQ,MSGPACK"
+_WATCHED = "client_manage_watched"
+
+
+class ClientManageProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.consumers = broker.consumer_manager
+        self.producers = broker.producer_manager
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
+        }
+
+    def _watch_channel(self, channel: Any) -> None:
+        """Forget a channel's registrations when it closes (registered once per channel)."""
+        attrs = getattr(channel, "attrs", None)
+        if attrs is None or attrs.get(_WATCHED):
+            return
+        attrs[_WATCHED] = True
+        consumers, producers = self.consumers, self.producers
+
+        def closed(ch: Any) -> None:
+            consumers.on_channel_closed(ch)
+            producers.on_channel_closed(ch)
+
+        channel.add_close_listener(closed)
+
+    # ---- HEART_BEAT --------------------------------------------------------------------------------
+    def heart_beat(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            data = HeartbeatData.decode(cmd.body) if cmd.body else HeartbeatData()
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed heartbeat body: {exc}")
+        if not data.client_id:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, "heartbeat body: missing field 'clientID'")
+        self._watch_channel(channel)
+        language = cmd.language if isinstance(cmd.language, str) else str(cmd.language)
+        sub_changed = False
+        for consumer in data.consumers:
+            group = consumer.group_name
+            group_config = self.groups.find_or_create(group)
+            if group_config is None:
+                continue  # unknown group with auto-create disabled: ignored, like the Java broker
+            if consumer.message_model == CLUSTERING:
+                # Every clustering group needs a routable retry topic, listed in the heartbeat or not.
+                self.topics.create_retry_topic(group, group_config.retry_queue_nums)
+            client = ClientInfo(channel, data.client_id, language, cmd.version)
+            changed = self.consumers.register(
+                group, client, consumer.consume_type, consumer.message_model, consumer.consume_from_where,
+                consumer.subscriptions, notify=group_config.notify_consumer_ids_changed_enable,
+            )
+            sub_changed = sub_changed or changed
+        for producer in data.producers:
+            if producer.group_name:
+                self.producers.register(producer.group_name, ClientInfo(channel, data.client_id, language, cmd.version))
+        return cmd.make_response(ResponseCode.SUCCESS, None, {
+            "IS_SUPPORT_HEART_BEAT_V2": "false",
+            "IS_SUB_CHANGE": "true" if sub_changed else "false",
+            "serializeTypes": SERIALIZE_TYPES_ANNOUNCEMENT,
+        })
+
+    # ---- UNREGISTER_CLIENT -----------------------------------------------------------------------
+    def unregister_client(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = UnregisterClientRequestHeader.decode(cmd.ext_fields)
+        if header.producer_group:
+            self.producers.unregister(header.producer_group, header.client_id)
+        if header.consumer_group:
+            group_config = self.groups.find(header.consumer_group)
+            notify = group_config.notify_consumer_ids_changed_enable if group_config else True
+            self.consumers.unregister(header.consumer_group, header.client_id, notify=notify)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    # ---- GET_CONSUMER_LIST_BY_GROUP --------------------------------------------------------------
+    def get_consumer_list_by_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerListByGroupRequestHeader.decode(cmd.ext_fields)
+        ids = self.consumers.client_ids(header.consumer_group)
+        if not ids:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"no consumer for this group, {header.consumer_group}")
+        return cmd.make_response(ResponseCode.SUCCESS, None, None, ConsumerListBody(ids).encode())
+
+    # ---- CHECK_CLIENT_CONFIG ---------------------------------------------------------------------
+    def check_client_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            body = CheckClientRequestBody.decode(cmd.body) if cmd.body else CheckClientRequestBody()
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed check-client body: {exc}")
+        sub = body.subscription_data
+        expression_type = ((sub.expression_type if sub else None) or "TAG").upper()
+        if expression_type == "TAG":
+            return cmd.make_response(ResponseCode.SUCCESS)
+        if not self.config.enable_property_filter:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     "The broker does not support consumer to filter message by "
+                                     f"{expression_type} (enablePropertyFilter=false)")
+        return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                 f"{expression_type} filtering not supported yet")

@@ -1,0 +1,259 @@
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361) — reference §4.4, with long polling (§4.4.4).
+
+Pulls are synchronous (the store reads mapped files on the loop thread). A pull that finds
+nothing and may be suspended is handed to the PullRequestHoldService and answered later with
+the original opaque.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from broker.long_polling import WAKE_SHUTDOWN, HeldPull, PullRequestHoldService
+from protocol.codes import (
+    PERM_READ,
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from protocol.command import RemotingCommand
+from protocol.hashing import java_string_hash
+from protocol.headers import PullMessageRequestHeader
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
+SUB_ALL = "*"
+
+TagFilter = Callable[[int], bool]
+
+# GetMessage status name -> (response code when request offset != 0, code when it is 0)
+_STATUS_CODES: dict[str, tuple[int, int]] = {
+    "FOUND": (ResponseCode.SUCCESS, ResponseCode.SUCCESS),
+    "NO_MATCHED_MESSAGE": (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_RETRY_IMMEDIATELY),
+    "MESSAGE_WAS_REMOVING": (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_RETRY_IMMEDIATELY),
+    "NO_MATCHED_LOGIC_QUEUE": (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_NOT_FOUND),
+    "NO_MESSAGE_IN_QUEUE": (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_NOT_FOUND),
+    "OFFSET_FOUND_NULL": (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_NOT_FOUND),
+    "OFFSET_OVERFLOW_BADLY": (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_OFFSET_MOVED),
+    "OFFSET_OVERFLOW_ONE": (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_NOT_FOUND),
+    "OFFSET_TOO_SMALL": (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_OFFSET_MOVED),
+    "OFFSET_RESET": (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_OFFSET_MOVED),
+}
+
+
+class SubscriptionError(Exception):
+    """A subscription that cannot be used; carries the response code."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def parse_tag_expression(sub_string: str | None) -> frozenset[int] | None:
+    """Hash codes of the tags in ``"A || B"``; None means "match everything" (``*`` or empty).
+
+    Computed from the expression text on the broker: a client's codeSet is never trusted.
+    """
+    if sub_string is None:
+        return None
+    text = sub_string.strip()
+    if not text or text == SUB_ALL:
+        return None
+    codes = set()
+    for tag in text.split("||"):
+        tag = tag.strip()
+        if tag:
+            codes.add(java_string_hash(tag))
+    return frozenset(codes) if codes else None
+
+
+class PullProcessor:
+    """Answers pulls; owns the long-polling service."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.consumers = broker.consumer_manager
+        self.offsets = broker.consumer_offset_manager
+        self.hold_service = PullRequestHoldService(self._wake)
+        self._filter_cache: dict[str, TagFilter | None] = {}
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.PULL_MESSAGE: self.pull_message,
+            RequestCode.LITE_PULL_MESSAGE: self.pull_message,
+        }
+
+    # ---- filters ------------------------------------------------------------------------------
+    def tag_filter(self, sub_string: str | None) -> TagFilter | None:
+        """Cached filter callable for a TAG expression (None = match all)."""
+        key = sub_string or ""
+        try:
+            return self._filter_cache[key]
+        except KeyError:
+            pass
+        codes = parse_tag_expression(sub_string)
+        tag_filter = None if codes is None else codes.__contains__
+        if len(self._filter_cache) > 4096:
+            self._filter_cache.clear()
+        self._filter_cache[key] = tag_filter
+        return tag_filter
+
+    def _resolve_filter(self, header: PullMessageRequestHeader) -> TagFilter | None:
+        """Find the subscription (request flag or heartbeat registration) and build its filter."""
+        if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
+            expression_type = (header.expression_type or EXPRESSION_TAG).strip().upper() or EXPRESSION_TAG
+            sub_string = header.subscription
+        else:
+            group_info = self.consumers.get_group(header.consumer_group)
+            if group_info is None:
+                raise SubscriptionError(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, group: {header.consumer_group} (no heartbeat yet)")
+            subscription = group_info.find_subscription(header.topic)
+            if subscription is None:
+                raise SubscriptionError(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription not exist, group: {header.consumer_group}, topic: {header.topic}")
+            if (subscription.sub_version or 0) < (header.sub_version or 0):
+                raise SubscriptionError(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    f"the consumer's subscription not latest, group: {header.consumer_group}, "
+                    f"topic: {header.topic}")
+            expression_type = (subscription.expression_type or EXPRESSION_TAG).upper()
+            sub_string = subscription.sub_string
+        if expression_type == EXPRESSION_TAG:
+            return self.tag_filter(sub_string)
+        if expression_type == EXPRESSION_SQL92:
+            if not self.config.enable_property_filter:
+                raise SubscriptionError(
+                    ResponseCode.SYSTEM_ERROR,
+                    "The broker does not support consumer to filter message by SQL92 "
+                    "(set enablePropertyFilter=true in broker.conf)")
+            raise SubscriptionError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                    "SQL92 filtering not supported yet")
+        raise SubscriptionError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"unsupported expression type {expression_type!r}")
+
+    # ---- request handling ----------------------------------------------------------------------
+    def pull_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        header = PullMessageRequestHeader.decode(cmd.ext_fields)
+        return self.process(channel, cmd, header, allow_suspend=True)
+
+    def process(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader,
+                allow_suspend: bool) -> RemotingCommand | None:
+        """One pull; returns None when the request was suspended (answered later)."""
+        cfg = self.config
+        if not cfg.broker_permission & PERM_READ:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{cfg.broker_ip1}] pulling message is forbidden",
+                                     {"forbiddenType": "1"})
+        group = header.consumer_group
+        group_config = self.groups.find_or_create(group)
+        if group_config is None:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                     f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}",
+                                     {"forbiddenType": "2"})
+        topic = header.topic
+        topic_config = self.topics.get(topic)
+        if topic_config is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PERM_READ:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden",
+                                     {"forbiddenType": "3"})
+        queue_id = header.queue_id
+        if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+            return cmd.make_response(
+                ResponseCode.INVALID_PARAMETER,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{topic_config.read_queue_nums}] consumer:[{getattr(channel, 'remote_addr', '?')}]")
+        try:
+            tag_filter = self._resolve_filter(header)
+        except SubscriptionError as exc:
+            return cmd.make_response(exc.code, exc.remark)
+
+        offset = header.queue_offset
+        max_nums = header.max_msg_nums if header.max_msg_nums and header.max_msg_nums > 0 else 32
+        result = self.store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter)
+        status = getattr(result.status, "name", None) or str(result.status)
+        codes = _STATUS_CODES.get(status, (ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_ERROR))
+        code = codes[1] if offset == 0 else codes[0]
+
+        # Commit the consumer's offset on the first processing only (never on a long-poll re-run).
+        if allow_suspend and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and cfg.is_master:
+            self.offsets.commit_offset(group, topic, queue_id, header.commit_offset)
+
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.sys_flag & PULL_FLAG_SUSPEND:
+            timeout_ms = header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
+            if timeout_ms is None or timeout_ms < 0:
+                timeout_ms = 0
+            held = HeldPull(channel, cmd, header, topic, queue_id, offset, tag_filter)
+            self.hold_service.suspend(held, timeout_ms / 1000.0)
+            return None
+
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+            "topicSysFlag": str(topic_config.topic_sys_flag),
+            "groupSysFlag": str(group_config.group_sys_flag),
+        }
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            buffers = result.buffers
+            body = buffers[0] if len(buffers) == 1 and type(buffers[0]) is bytes else b"".join(buffers)
+        return cmd.make_response(code, status, ext, body)
+
+    # ---- long polling ------------------------------------------------------------------------------
+    def on_message_arrival(self, topic: str, queue_id: int, max_offset: int, tags_codes: Any = None) -> None:
+        """Store arrival listener (wired by the broker)."""
+        self.hold_service.on_message_arrival(topic, queue_id, max_offset, tags_codes)
+
+    def _wake(self, held: HeldPull, reason: str) -> None:
+        channel = held.channel
+        if getattr(channel, "closed", False):
+            return
+        cmd = held.request
+        if reason == WAKE_SHUTDOWN:
+            response = self._not_found_now(held)
+        else:
+            try:
+                response = self.process(channel, cmd, held.header, allow_suspend=False)
+            except Exception as exc:  # the original request must still get an answer
+                log.exception("re-executing a held pull failed")
+                response = cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None:
+            channel.send_response(response)
+
+    def _not_found_now(self, held: HeldPull) -> RemotingCommand:
+        """Shutdown answer: PULL_NOT_FOUND at the same offset (the client simply pulls again)."""
+        try:
+            min_offset = self.store.get_min_offset(held.topic, held.queue_id)
+            max_offset = self.store.get_max_offset(held.topic, held.queue_id)
+        except Exception:
+            min_offset = max_offset = held.queue_offset
+        return held.request.make_response(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(held.queue_offset),
+            "minOffset": str(min_offset),
+            "maxOffset": str(max_offset),
+        })
+
+    def release_all(self) -> None:
+        self.hold_service.release_all()

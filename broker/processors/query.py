@@ -1,0 +1,95 @@
+"""Offset and message look-ups — reference §4.7 and §4.10.
+
+GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
+GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
+    ViewMessageRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+DEFAULT_QUERY_MAX_NUM = 32
+
+
+def _join(records: list) -> bytes:
+    if len(records) == 1 and type(records[0]) is bytes:
+        return records[0]
+    return b"".join(records)
+
+
+class QueryProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.store = broker.store
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.QUERY_MESSAGE: self.query_message,
+        }
+
+    def get_max_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetMaxOffsetRequestHeader.decode(cmd.ext_fields)
+        offset = self.store.get_max_offset(header.topic, header.queue_id)
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+
+    def get_min_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetMinOffsetRequestHeader.decode(cmd.ext_fields)
+        offset = self.store.get_min_offset(header.topic, header.queue_id)
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+
+    def search_offset_by_timestamp(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = SearchOffsetRequestHeader.decode(cmd.ext_fields)
+        boundary = (header.boundary_type or "LOWER").strip().upper()
+        if boundary not in ("LOWER", "UPPER"):
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     f"header field 'boundaryType': expected LOWER or UPPER, got {header.boundary_type!r}")
+        offset = self.store.get_offset_by_time(header.topic, header.queue_id, header.timestamp, boundary == "UPPER")
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+
+    def get_earliest_msg_storetime(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetEarliestMsgStoretimeRequestHeader.decode(cmd.ext_fields)
+        timestamp = self.store.get_earliest_message_time(header.topic, header.queue_id)
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"timestamp": str(timestamp)})
+
+    def view_message_by_id(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = ViewMessageRequestHeader.decode(cmd.ext_fields)
+        record = self.store.look_message_by_offset(header.offset) if header.offset >= 0 else None
+        if not record:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"can not find message by the offset, {header.offset}")
+        return cmd.make_response(ResponseCode.SUCCESS, None, None, bytes(record))
+
+    def query_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = QueryMessageRequestHeader.decode(cmd.ext_fields)
+        max_num = DEFAULT_QUERY_MAX_NUM if header.unique_key_query else header.max_num
+        if max_num is None or max_num <= 0:
+            max_num = DEFAULT_QUERY_MAX_NUM
+        result = self.store.query_message(header.topic, header.key, max_num,
+                                          header.begin_timestamp, header.end_timestamp)
+        ext = {
+            "indexLastUpdateTimestamp": str(result.index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(result.index_last_update_phyoffset),
+        }
+        if not result.records:
+            return cmd.make_response(ResponseCode.QUERY_NOT_FOUND,
+                                     "can not find message, maybe time range not correct", ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext, _join(result.records))

@@ -1,0 +1,322 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) — reference §4.3.
+
+Validation is synchronous; the handler returns either an error response or the coroutine that
+appends to the store. The remoting server starts that coroutine eagerly, so an ASYNC_FLUSH send
+completes without creating a task.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from broker.managers.topic_config import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    validate_topic,
+)
+from broker.store.types import MessageToStore, PutResult
+from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.hashing import tags_code
+from protocol.headers import SendMessageRequestHeader
+from protocol.ids import UniqKeyGenerator, pack_host
+from protocol.message import MULTI_TAGS_FLAG, BatchEntry, RecordError, decode_batch_body
+from protocol.properties import MAX_PROPERTIES_BYTES, decode_properties, encode_properties
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+PROP_UNIQ_KEY = "UNIQ_KEY"
+PROP_TAGS = "TAGS"
+PROP_KEYS = "KEYS"
+PROP_CLUSTER = "CLUSTER"
+PROP_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+# PutStatus name -> (response code, remark prefix)
+_PUT_STATUS_CODES: dict[str, int] = {
+    "PUT_OK": ResponseCode.SUCCESS,
+    "FLUSH_DISK_TIMEOUT": ResponseCode.FLUSH_DISK_TIMEOUT,
+    "FLUSH_SLAVE_TIMEOUT": ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    "SLAVE_NOT_AVAILABLE": ResponseCode.SLAVE_NOT_AVAILABLE,
+    "MESSAGE_ILLEGAL": ResponseCode.MESSAGE_ILLEGAL,
+    "PROPERTIES_SIZE_EXCEEDED": ResponseCode.MESSAGE_ILLEGAL,
+    "SERVICE_NOT_AVAILABLE": ResponseCode.SERVICE_NOT_AVAILABLE,
+    "DISK_FULL": ResponseCode.SERVICE_NOT_AVAILABLE,
+    "OS_PAGE_CACHE_BUSY": ResponseCode.SYSTEM_BUSY,
+    "UNKNOWN_ERROR": ResponseCode.SYSTEM_ERROR,
+}
+_SUCCESS_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                            ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE})
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def _decode_send_header(cmd: RemotingCommand, prefer_v2: bool) -> SendMessageRequestHeader:
+    """V2 (a..n) or V1 (long names), whichever the request actually carries."""
+    ext = cmd.ext_fields
+    if ext is not None and ("b" in ext if prefer_v2 else "topic" not in ext and "b" in ext):
+        return SendMessageRequestHeader.decode_v2(ext)
+    return SendMessageRequestHeader.decode(ext)
+
+
+class SendProcessor:
+    """Validates sends, builds MessageToStore objects and answers with the put result."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.config = cfg
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.store_host: bytes = broker.store_host
+        self._region = cfg.region_id
+        self._trace = "true" if cfg.trace_on else "false"
+        self._cluster_suffix = f"{PROP_CLUSTER}\x01{cfg.broker_cluster_name}\x02"
+        self._cluster_name = cfg.broker_cluster_name
+        self._max_body = cfg.max_message_size
+        self._uniq = UniqKeyGenerator(cfg.broker_ip1 or "127.0.0.1")
+        self._random = random.Random()
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.SEND_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.send_message_v2,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_batch_message,
+        }
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return cmd.make_response(code, remark, {"MSG_REGION": self._region, "TRACE_ON": self._trace})
+
+    def _born_host(self, channel: Any) -> bytes:
+        attrs = channel.attrs
+        packed = attrs.get("born_host")
+        if packed is None:
+            try:
+                packed = pack_host(channel.remote_host, channel.remote_port)
+            except ValueError:
+                packed = pack_host("127.0.0.1", 0)
+            attrs["born_host"] = packed
+        return packed
+
+    def _check_topic(self, channel: Any, cmd: RemotingCommand, header: SendMessageRequestHeader
+                     ) -> tuple[TopicConfig | None, RemotingCommand | None]:
+        """Checks of §4.3.2 step 2; returns the topic config or an error response."""
+        topic = header.topic
+        if not self.config.broker_permission & PERM_WRITE:
+            return None, self._error(cmd, ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.config.broker_ip1}] sending message is forbidden")
+        problem = validate_topic(topic)
+        if problem is not None:
+            return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, problem)
+        if self.topics.is_not_allowed_send_topic(topic):
+            return None, self._error(cmd, ResponseCode.NO_PERMISSION,
+                                     f"Sending message to topic[{topic}] is forbidden.")
+        topic_config = self.topics.get(topic)
+        if topic_config is None:
+            topic_config = self.topics.create_topic_in_send_callback(
+                topic, header.default_topic, channel.remote_addr,
+                header.default_topic_queue_nums or 4, 0)
+            if topic_config is None:
+                return None, self._error(
+                    cmd, ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! (defaultTopic {header.default_topic!r} "
+                    f"cannot be used for auto-creation)")
+        if not topic_config.perm & PERM_WRITE:
+            return None, self._error(cmd, ResponseCode.NO_PERMISSION,
+                                     f"the topic[{topic}] sending message is forbidden")
+        queue_id = header.queue_id
+        queue_limit = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
+        if queue_id >= queue_limit:
+            return None, self._error(
+                cmd, ResponseCode.INVALID_PARAMETER,
+                f"request queueId[{queue_id}] is illegal, topic[{topic}] has {queue_limit} queues")
+        return topic_config, None
+
+    def _pick_queue(self, header: SendMessageRequestHeader, topic_config: TopicConfig) -> int:
+        if header.queue_id < 0:
+            return self._random.randrange(99_999_999) % max(1, topic_config.write_queue_nums)
+        return header.queue_id
+
+    def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int, transaction_id: str | None,
+                  batch: bool) -> RemotingCommand:
+        status = getattr(result.status, "name", str(result.status))
+        code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        if code not in _SUCCESS_CODES:
+            remark = result.remark or f"put message failed: {status}"
+            return self._error(cmd, code, remark)
+        msg_ids = result.msg_ids
+        ext = {
+            "msgId": ",".join(msg_ids) if batch else (msg_ids[0] if msg_ids else ""),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.queue_offset),
+            "MSG_REGION": self._region,
+            "TRACE_ON": self._trace,
+        }
+        if transaction_id:
+            ext["transactionId"] = transaction_id
+        return cmd.make_response(code, None if code == ResponseCode.SUCCESS else status, ext)
+
+    # ---- single message ---------------------------------------------------------------------
+    def send_message(self, channel: Any, cmd: RemotingCommand):
+        return self._send_one(channel, cmd, _decode_send_header(cmd, prefer_v2=False))
+
+    def send_message_v2(self, channel: Any, cmd: RemotingCommand):
+        return self._send_one(channel, cmd, _decode_send_header(cmd, prefer_v2=True))
+
+    def _send_one(self, channel: Any, cmd: RemotingCommand, header: SendMessageRequestHeader):
+        topic_config, error = self._check_topic(channel, cmd, header)
+        if error is not None:
+            return error
+        topic = header.topic
+        body = cmd.body
+        if len(body) > self._max_body:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                               f"the message body size {len(body)} exceeds the maximum {self._max_body}")
+        props_text = header.properties or ""
+        props = decode_properties(props_text)
+        queue_id = self._pick_queue(header, topic_config)
+        reconsume_times = header.reconsume_times or 0
+        rebuild = False
+
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+            group_config = self.groups.find_or_create(group)
+            if group_config is None:
+                return self._error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   f"subscription group not exist, {group}")
+            max_times = header.max_reconsume_times
+            if max_times is None or cmd.version < 121:
+                max_times = group_config.retry_max_times
+            if max_times is None or max_times < 0:
+                max_times = DEFAULT_MAX_RECONSUME_TIMES
+            if reconsume_times > max_times:
+                dlq = self.topics.create_dlq_topic(group)
+                if dlq is None:
+                    return self._error(cmd, ResponseCode.SYSTEM_ERROR, f"topic[{DLQ_GROUP_TOPIC_PREFIX}{group}] not exist")
+                topic = dlq.topic_name
+                queue_id = 0
+                if props.pop("DELAY", None) is not None:
+                    rebuild = True
+
+        # Stored properties = request properties + UNIQ_KEY (if missing) + CLUSTER; appended to the
+        # original text when possible instead of re-encoding the whole map.
+        suffix = ""
+        uniq_key = props.get(PROP_UNIQ_KEY)
+        if not uniq_key:
+            uniq_key = self._uniq.next()
+            props[PROP_UNIQ_KEY] = uniq_key
+            suffix = f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
+        cluster = props.get(PROP_CLUSTER)
+        if cluster != self._cluster_name:
+            if cluster is not None:
+                rebuild = True
+            else:
+                suffix += self._cluster_suffix
+            props[PROP_CLUSTER] = self._cluster_name
+        if rebuild:
+            props_text = encode_properties(props)
+        elif suffix:
+            if props_text and not props_text.endswith("\x02"):
+                props_text += "\x02"
+            props_text += suffix
+        if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                               f"the message properties size {_utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
+
+        sys_flag = header.sys_flag or 0
+        if topic_config.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        message = MessageToStore(
+            topic=topic,
+            queue_id=queue_id,
+            flag=header.flag or 0,
+            sys_flag=sys_flag,
+            born_timestamp=header.born_timestamp or 0,
+            born_host=self._born_host(channel),
+            reconsume_times=reconsume_times,
+            body=body,
+            properties=props_text,
+            tags_code=tags_code(props.get(PROP_TAGS)),
+            keys=props.get(PROP_KEYS),
+            uniq_key=uniq_key,
+        )
+        return self._put_one(cmd, message, uniq_key)
+
+    async def _put_one(self, cmd: RemotingCommand, message: MessageToStore, uniq_key: str) -> RemotingCommand:
+        result = await self.store.put_message(message)
+        return self._response(cmd, result, message.queue_id, uniq_key, batch=False)
+
+    # ---- batch ------------------------------------------------------------------------------
+    def send_batch_message(self, channel: Any, cmd: RemotingCommand):
+        header = _decode_send_header(cmd, prefer_v2=True)
+        topic = header.topic
+        if topic and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+        if topic and len(topic) > 127:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                               f"message topic length too long {len(topic)}, max 127")
+        topic_config, error = self._check_topic(channel, cmd, header)
+        if error is not None:
+            return error
+        try:
+            entries: list[BatchEntry] = decode_batch_body(cmd.body)
+        except RecordError as exc:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
+        if not entries:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
+        queue_id = self._pick_queue(header, topic_config)
+        sys_flag = header.sys_flag or 0
+        if topic_config.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        born_timestamp = header.born_timestamp or 0
+        born_host = self._born_host(channel)
+        reconsume_times = header.reconsume_times or 0
+        max_body = self._max_body
+        next_uniq = self._uniq.next
+        messages: list[MessageToStore] = []
+        append = messages.append
+        # Each entry is stored with its own properties only (HEAD behaviour, reference §4.3.4).
+        for index, entry in enumerate(entries):
+            body = entry.body
+            if len(body) > max_body:
+                return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                   f"batch message {index}: body size {len(body)} exceeds the maximum {max_body}")
+            props_text = entry.properties
+            props = decode_properties(props_text)
+            uniq_key = props.get(PROP_UNIQ_KEY)
+            if not uniq_key:
+                uniq_key = next_uniq()
+                if props_text and not props_text.endswith("\x02"):
+                    props_text += "\x02"
+                props_text += f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
+                if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+                    return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                                       f"batch message {index}: properties exceed {MAX_PROPERTIES_BYTES} bytes")
+            append(MessageToStore(
+                topic=topic,
+                queue_id=queue_id,
+                flag=entry.flag,
+                sys_flag=sys_flag,
+                born_timestamp=born_timestamp,
+                born_host=born_host,
+                reconsume_times=reconsume_times,
+                body=body,
+                properties=props_text,
+                tags_code=tags_code(props.get(PROP_TAGS)),
+                keys=props.get(PROP_KEYS),
+                uniq_key=uniq_key,
+            ))
+        batch_uniq = decode_properties(header.properties).get(PROP_UNIQ_KEY) if header.properties else None
+        return self._put_batch(cmd, messages, queue_id, batch_uniq)
+
+    async def _put_batch(self, cmd: RemotingCommand, messages: list[MessageToStore], queue_id: int,
+                         batch_uniq: str | None) -> RemotingCommand:
+        result = await self.store.put_messages(messages)
+        return self._response(cmd, result, queue_id, batch_uniq, batch=True)
