@@ -1,0 +1,322 @@
+"""Index files (§6.5): hash index from ``topic#key`` to commit-log offsets.
+
+Layout: 40-byte header, hashSlotNum int32 slots (newest entry number of the bucket),
+indexNum 20-byte entries (keyHash, phyOffset, timeDiff seconds, previous entry).
+Files are named by local creation time ``yyyyMMddHHmmssSSS``; a new one starts when
+the current one is full.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import time
+
+from protocol.hashing import index_key_hash, java_string_hash
+
+from .mapped_file import _allocate
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+_INT_MAX = 0x7FFFFFFF
+_MASK32 = 0xFFFFFFFF
+_P4 = 31 ** 4
+_CACHE_LIMIT = 200_000
+
+
+class KeyHasher:
+    """``index_key_hash(topic + "#" + key)`` computed incrementally.
+
+    Keys (UNIQ_KEYs above all) share long prefixes: the hash of ``topic#`` + all but the
+    last 4 characters is cached, the last 4 characters are a cached chunk hash. Exact for
+    ASCII keys; other keys use the reference implementation.
+    """
+
+    def __init__(self) -> None:
+        self._heads: dict[str, dict[str, int]] = {}
+        self._chunks: dict[str, int] = {}
+
+    def _head_cache(self, topic: str) -> dict[str, int]:
+        heads = self._heads.get(topic)
+        if heads is None:
+            heads = self._heads[topic] = {}
+        return heads
+
+    def __call__(self, topic: str, key: str) -> int:
+        return self.hash_many(topic, (key,))[0]
+
+    def hash_many(self, topic: str, keys) -> list[int]:
+        """Index hashes of ``topic#key`` for every key (one call per batch)."""
+        heads = self._heads.get(topic)
+        if heads is None:
+            heads = self._head_cache(topic)
+        if len(heads) > _CACHE_LIMIT:
+            heads.clear()
+        chunks = self._chunks
+        if len(chunks) > _CACHE_LIMIT:
+            chunks.clear()
+        topic_ok = topic.isascii()
+        out = []
+        append = out.append
+        for key in keys:
+            if len(key) < 4 or not topic_ok or not key.isascii():
+                append(index_key_hash(topic + "#" + key))
+                continue
+            head = key[:-4]
+            hh = heads.get(head)
+            if hh is None:
+                hh = heads[head] = java_string_hash(topic + "#" + head) & _MASK32
+            tail = key[-4:]
+            vt = chunks.get(tail)
+            if vt is None:
+                vt = chunks[tail] = java_string_hash(tail) & _MASK32
+            h = (hh * _P4 + vt) & _MASK32
+            if h & 0x80000000:
+                h = 0x100000000 - h  # abs of the negative int32
+                if h == 0x80000000:
+                    h = 0  # Math.abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ maps it to 0
+            append(h)
+        return out
+
+
+def index_file_name(now_ms: int | None = None) -> str:
+    """Local time ``yyyyMMddHHmmssSSS``."""
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    secs, ms = divmod(now_ms, 1000)
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(secs)) + "%03d" % ms
+
+
+class IndexFile:
+    """One index file. Header fields are written through to the mapping after each put."""
+
+    def __init__(self, path: str, slot_num: int, index_num: int, *, create: bool) -> None:
+        self.path = path
+        size = HEADER_SIZE + slot_num * 4 + index_num * ENTRY_SIZE
+        if create:
+            _allocate(path, size)
+        elif os.path.getsize(path) < HEADER_SIZE:
+            raise ValueError("index file %s is too short" % path)
+        else:
+            size = os.path.getsize(path)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.size = size
+        if create:
+            self.slot_num = slot_num
+            self.index_num = index_num
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+            self.hash_slot_count = 0
+            self.index_count = 1
+            self.write_header()
+        else:
+            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+             self.hash_slot_count, self.index_count) = HEADER.unpack_from(self.mm, 0)
+            self.slot_num = slot_num
+            self.index_num = (size - HEADER_SIZE - slot_num * 4) // ENTRY_SIZE
+            if self.index_num <= 0 or (size - HEADER_SIZE - slot_num * 4) % ENTRY_SIZE:
+                raise ValueError("index file %s does not match hash slot count %d" % (path, slot_num))
+            if self.index_count < 1:
+                self.index_count = 1
+            self.index_count = min(self.index_count, self.index_num)
+        self.entries_base = HEADER_SIZE + self.slot_num * 4
+        self.flushed_count = self.index_count
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def write_header(self) -> None:
+        HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                         self.end_phy_offset, self.hash_slot_count, self.index_count)
+
+    def put_many(self, hashes: list[int], phys: list[int], store_timestamp: int, start: int = 0) -> int:
+        """Add entries ``hashes[start:]`` (parallel ``phys``) stored at ``store_timestamp``.
+
+        Returns the index one past the last entry written (stops when the file is full)."""
+        mm = self.mm
+        count = self.index_count
+        limit = self.index_num
+        slot_num = self.slot_num
+        base = self.entries_base
+        slot_unpack = SLOT.unpack_from
+        slot_pack = SLOT.pack_into
+        entry_pack = ENTRY.pack_into
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            time_diff = (store_timestamp - self.begin_timestamp) // 1000
+            if time_diff < 0:
+                time_diff = 0
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+        used_slots = 0
+        i = start
+        n = len(hashes)
+        while i < n and count < limit:
+            key_hash = hashes[i]
+            slot_pos = HEADER_SIZE + (key_hash % slot_num) * 4
+            prev = slot_unpack(mm, slot_pos)[0]
+            if prev <= 0 or prev > count:
+                prev = 0
+                used_slots += 1
+            entry_pack(mm, base + count * ENTRY_SIZE, key_hash, phys[i], time_diff, prev)
+            slot_pack(mm, slot_pos, count)
+            if count <= 1:
+                self.begin_phy_offset = phys[i]
+                self.begin_timestamp = store_timestamp
+            count += 1
+            i += 1
+        if i > start:
+            self.index_count = count
+            self.hash_slot_count += used_slots
+            self.end_phy_offset = phys[i - 1]
+            self.end_timestamp = store_timestamp
+            self.write_header()
+        return i
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        return begin <= self.end_timestamp and end >= self.begin_timestamp
+
+    def select(self, key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """Append matching phys offsets (newest first) to ``out`` until it holds ``max_num``."""
+        count = self.index_count
+        if count <= 1:
+            return
+        mm = self.mm
+        nxt = SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.slot_num) * 4)[0]
+        if nxt <= 0 or nxt > count:
+            return
+        base = self.entries_base
+        begin_ts = self.begin_timestamp
+        steps = 0
+        while len(out) < max_num and steps < count:
+            steps += 1
+            h, phy, diff, prev = ENTRY.unpack_from(mm, base + nxt * ENTRY_SIZE)
+            if diff < 0:
+                break
+            time_read = begin_ts + diff * 1000
+            if h == key_hash and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= 0 or prev > count or prev == nxt or time_read < begin:
+                break
+            nxt = prev
+
+    def sync_to_disk(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class IndexService:
+    """All index files of the store, oldest first; the last one takes new entries."""
+
+    def __init__(self, directory: str, slot_num: int, index_num: int) -> None:
+        self.directory = directory
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self.hasher = KeyHasher()
+
+    def load(self) -> None:
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            if not (name.isdigit() and len(name) == 17):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                self.files.append(IndexFile(path, self.slot_num, self.index_num, create=False))
+            except ValueError as exc:
+                log.error("ignoring index file %s: %s", path, exc)
+
+    @property
+    def last_phy_offset(self) -> int:
+        """endPhyOffset of the newest file: records below it are already indexed."""
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    def _new_file(self) -> IndexFile:
+        os.makedirs(self.directory, exist_ok=True)
+        now_ms = time.time_ns() // 1_000_000
+        if self.files:  # names must sort after the previous file
+            last_name = os.path.basename(self.files[-1].path)
+            while index_file_name(now_ms) <= last_name:
+                now_ms += 1
+        name = index_file_name(now_ms)
+        while os.path.exists(os.path.join(self.directory, name)):
+            now_ms += 1
+            name = index_file_name(now_ms)
+        f = IndexFile(os.path.join(self.directory, name), self.slot_num, self.index_num, create=True)
+        self.files.append(f)
+        return f
+
+    def put(self, hashes: list[int], phys: list[int], store_timestamp: int) -> None:
+        """Index entries (parallel lists), rolling to new files as they fill up."""
+        done = 0
+        n = len(hashes)
+        while done < n:
+            f = self.files[-1] if self.files else None
+            if f is None or f.is_full:
+                f = self._new_file()
+            done = f.put_many(hashes, phys, store_timestamp, done)
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets of records indexed under ``topic#key`` within [begin, end] (ms)."""
+        key_hash = self.hasher(topic, key)
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.time_matched(begin, end):
+                f.select(key_hash, max_num, begin, end, out)
+            if f.begin_timestamp < begin:
+                break
+        return out
+
+    @property
+    def last_update_timestamp(self) -> int:
+        return self.files[-1].end_timestamp if self.files else 0
+
+    def dirty_files(self) -> list[IndexFile]:
+        return [f for f in self.files if f.flushed_count != f.index_count]
+
+    def delete_below(self, commit_log_min: int) -> int:
+        """Delete files whose entries all point below ``commit_log_min`` (never the newest)."""
+        count = 0
+        while len(self.files) > 1 and self.files[0].end_phy_offset < commit_log_min:
+            self.files.pop(0).destroy()
+            count += 1
+        return count
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

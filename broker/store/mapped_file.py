@@ -1,0 +1,300 @@
+"""Pre-allocated, memory-mapped store files named by their 20-digit start offset.
+
+Every file is created at full size with ``os.posix_fallocate`` so that a full disk
+is reported when the file is created (``StoreDiskFullError``) instead of a SIGBUS
+on a later write into a sparse mapping. Writes go straight into the mapping;
+durability is obtained with ``fdatasync`` on a short-lived descriptor (it releases
+the GIL, unlike ``mmap.flush``) and is meant to run in an executor.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+_ZERO_CHUNK_SIZE = 1 << 20
+_ZERO_CHUNK = bytes(_ZERO_CHUNK_SIZE)
+_ZERO_VIEW = memoryview(_ZERO_CHUNK)
+
+
+class StoreDiskFullError(OSError):
+    """A store file could not be created because the disk is full."""
+
+
+def file_name_for(offset: int) -> str:
+    return "%020d" % offset
+
+
+def _allocate(path: str, size: int) -> None:
+    """Create ``path`` with ``size`` zero bytes of real disk space, or fail."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                # File systems without fallocate: fall back to a plain (sparse) size.
+                os.ftruncate(fd, size)
+            else:
+                raise
+    except OSError as exc:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreDiskFullError(exc.errno, "disk full: cannot allocate %d bytes for %s" % (size, path)) from exc
+        raise
+    os.close(fd)
+
+
+class MappedFile:
+    """One fixed-size file mapped read/write.
+
+    ``wrote_position`` is the file-relative end of valid data, ``flushed_position`` the
+    part known to be on disk.
+    """
+
+    __slots__ = ("path", "file_from_offset", "file_size", "mm", "view", "wrote_position",
+                 "flushed_position", "warm_position", "_closed")
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        if create:
+            _allocate(path, file_size)
+        else:
+            actual = os.path.getsize(path)
+            if actual != file_size:
+                raise ValueError("store file %s has size %d, expected %d" % (path, actual, file_size))
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.warm_position = 0
+        self._closed = False
+
+    @property
+    def end_offset(self) -> int:
+        """Global offset just past the last byte of this file."""
+        return self.file_from_offset + self.file_size
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just past the written data."""
+        return self.file_from_offset + self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def warm(self, upto: int) -> None:
+        """Pre-write zeros (with pwrite) up to ``upto`` ahead of the writer.
+
+        A first write through the mapping into a fresh (fallocated) page costs a page
+        fault with block bookkeeping per 4 KiB; ``pwrite`` does the same work per call at
+        a fraction of the CPU. Only bytes at or after the write position are touched, on
+        the writer's own thread, so data is never overwritten.
+        """
+        upto = min(self.file_size, upto)
+        pos = max(self.warm_position, self.wrote_position)
+        if pos >= upto or self._closed:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            while pos < upto:
+                n = min(_ZERO_CHUNK_SIZE, upto - pos)
+                os.pwrite(fd, _ZERO_VIEW[:n], pos)
+                pos += n
+        finally:
+            os.close(fd)
+        self.warm_position = upto
+
+    def flush_range(self) -> tuple[int, int] | None:
+        """The dirty range ``(start, end)``; None when everything is flushed."""
+        if self.flushed_position >= self.wrote_position or self._closed:
+            return None
+        return self.flushed_position, self.wrote_position
+
+    def sync_to_disk(self) -> None:
+        """fdatasync the file (blocking; run it in an executor)."""
+        if self._closed:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def mtime(self) -> float:
+        try:
+            return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def touch(self) -> None:
+        """Refresh the modification time (mmap writes do not always update it)."""
+        try:
+            os.utime(self.path, None)
+        except OSError:
+            pass
+
+    def zero_from(self, position: int) -> None:
+        """Zero the file from ``position`` to its end (used to cut a torn tail)."""
+        mm = self.mm
+        size = self.file_size
+        pos = position
+        while pos < size:
+            end = min(size, (pos // _ZERO_CHUNK_SIZE + 1) * _ZERO_CHUNK_SIZE)
+            if mm[pos:end] != _ZERO_CHUNK[:end - pos]:  # only touch pages that hold data
+                mm[pos:end] = _ZERO_CHUNK[:end - pos]
+            pos = end
+        self.wrote_position = min(self.wrote_position, position)
+        self.flushed_position = min(self.flushed_position, position)
+
+    def close(self) -> None:
+        """Unmap. Outstanding memoryviews handed to callers keep the mapping alive."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.view.release()
+        except BufferError:
+            pass
+        try:
+            self.mm.close()
+        except BufferError:
+            # Slices of the mapping are still referenced (e.g. a pull response being
+            # written); the mapping goes away with the last of them.
+            pass
+
+    def destroy(self) -> None:
+        """Unmap and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """The ordered sequence of equally-sized mapped files of one directory."""
+
+    def __init__(self, directory: str, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+
+    # -- loading -----------------------------------------------------------------
+    def load(self) -> None:
+        """Map every existing file in offset order (files of another size are errors)."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if len(n) == 20 and n.isdigit())
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if os.path.getsize(path) != self.file_size:
+                if os.path.getsize(path) == 0:
+                    log.warning("removing empty store file %s", path)
+                    os.unlink(path)
+                    continue
+                raise ValueError("store file %s has size %d, expected %d"
+                                 % (path, os.path.getsize(path), self.file_size))
+            mf = MappedFile(path, int(name), self.file_size, create=False)
+            mf.wrote_position = self.file_size
+            mf.flushed_position = self.file_size
+            self.files.append(mf)
+
+    # -- lookup ------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.files[-1].max_offset if self.files else 0
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding global ``offset`` (None if deleted or not yet created)."""
+        files = self.files
+        if not files:
+            return None
+        idx = (offset - files[0].file_from_offset) // self.file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        for mf in files:  # gaps after a manual deletion: linear fallback
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create and append the file starting at ``start_offset``."""
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, file_name_for(start_offset))
+        if os.path.exists(path):  # a stale leftover (e.g. truncated away earlier)
+            os.unlink(path)
+        mf = MappedFile(path, start_offset, self.file_size, create=True)
+        self.files.append(mf)
+        return mf
+
+    # -- truncation / deletion ---------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at or after global ``offset``: zero the tail, delete later files."""
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.file_from_offset + self.file_size <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                mf.zero_from(offset - mf.file_from_offset)
+                mf.wrote_position = offset - mf.file_from_offset
+                keep.append(mf)
+            else:
+                log.warning("deleting store file %s beyond the valid end %d", mf.path, offset)
+                mf.destroy()
+        self.files = keep
+
+    def remove_first(self, count: int) -> list[MappedFile]:
+        """Detach the first ``count`` files (never the last one); the caller destroys them."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        removed = self.files[:count]
+        del self.files[:count]
+        return removed
+
+    def destroy_all(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        try:
+            os.rmdir(self.directory)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()

@@ -1,0 +1,570 @@
+"""MessageStore facade: append + synchronous dispatch, pulls, offset/time queries, lifecycle.
+
+Everything here runs on the event-loop thread; only fdatasync/checkpoint writes go to
+executors (flush.py). A put appends the records to the commit log and writes the
+ConsumeQueue units and index entries before it returns, so an acknowledged message is
+immediately pullable and queryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+
+from protocol.message import decode_record
+from protocol.properties import decode_properties
+
+from . import recovery
+from .checkpoint import StoreCheckpoint
+from .commit_log import CommitLog
+from .consume_queue import CQ_UNIT, UNIT_SIZE, ConsumeQueue
+from .flush import FlushService
+from .index import IndexService
+from .mapped_file import StoreDiskFullError
+from .retention import RetentionService, disk_used_ratio
+from .types import GetResult, GetStatus, MessageToStore, PutResult, PutStatus, QueryResult, StoreConfig
+
+log = logging.getLogger(__name__)
+
+ArrivalListener = Callable[[str, int, int, "int | list[int]"], None]
+
+_MAX_PROPERTIES = 32767
+_MAX_TOPIC_V1 = 127
+_MAX_TOPIC = 32767
+_TRAN_MASK = 0xC
+_NO_CQ_TYPES = (0x4, 0xC)  # prepared / rollback: not dispatched to a ConsumeQueue
+_ROLLBACK = 0xC
+_PULL_HARD_CAP = 128 * 1024 * 1024
+
+
+class MessageStore:
+    """RocketMQ-format store: commitlog/, consumequeue/, index/, checkpoint, abort."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.root_dir = config.root_dir
+        self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host)
+        self.cq_root = os.path.join(config.root_dir, "consumequeue")
+        self.consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self.index: IndexService | None = (
+            IndexService(os.path.join(config.root_dir, "index"), config.max_hash_slot_num, config.max_index_num)
+            if config.message_index_enable else None)
+        self.checkpoint = StoreCheckpoint(os.path.join(config.root_dir, "checkpoint"))
+        self.abort_path = os.path.join(config.root_dir, "abort")
+        self.delay_levels_ms = config.delay_levels_ms()
+        self.flush_service: FlushService | None = None
+        self.retention = RetentionService(self)
+        self.last_store_timestamp = 0
+        self._listeners: list[ArrivalListener] = []
+        self._topic_bytes: dict[str, bytes] = {}
+        self._loaded = False
+        self._started = False
+        self._shutdown = False
+        self._lock_fd: int | None = None
+        self._disk_check_at = 0
+        self._disk_refuse_remark: str | None = None
+        self.disk_used_ratio = 0.0
+        self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "get_found": 0,
+                      "get_messages": 0, "get_misses": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> None:
+        """Open all files, run normal or abnormal recovery, create the ``abort`` marker."""
+        os.makedirs(self.root_dir, exist_ok=True)
+        self._acquire_lock()
+        abnormal = os.path.exists(self.abort_path)
+        self.checkpoint.load()
+        self.commit_log.load()
+        self._load_consume_queues()
+        if self.index is not None:
+            self.index.load()
+        recovery.recover(self, abnormal)
+        self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
+        self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
+        with open(self.abort_path, "w") as f:
+            f.write(str(os.getpid()))
+        self.flush_service = FlushService(self)
+        self._loaded = True
+
+    def _acquire_lock(self) -> None:
+        fd = os.open(os.path.join(self.root_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RuntimeError("store %s is locked by another process" % self.root_dir) from None
+        self._lock_fd = fd
+
+    def _load_consume_queues(self) -> None:
+        if not os.path.isdir(self.cq_root):
+            return
+        for topic in sorted(os.listdir(self.cq_root)):
+            tdir = os.path.join(self.cq_root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                if not qname.lstrip("-").isdigit():
+                    continue
+                cq = ConsumeQueue(self.cq_root, topic, int(qname), self.config.mapped_file_size_consume_queue)
+                cq.load()
+                self.consume_queues.setdefault(topic, {})[int(qname)] = cq
+
+    async def start(self) -> None:
+        """Start flush and retention services."""
+        if not self._loaded:
+            self.load()
+        if self._started:
+            return
+        self.flush_service.start()
+        self.retention.start()
+        self._started = True
+
+    async def shutdown(self) -> None:
+        """Stop services, flush everything, write the checkpoint with the end offset, remove ``abort``."""
+        if self._shutdown or not self._loaded:
+            return
+        self._shutdown = True
+        await self.retention.stop()
+        fs = self.flush_service
+        await fs.stop()
+        await fs.flush_commit_log()
+        await fs.flush_logics()
+        self.checkpoint.confirm_phy_offset = self.commit_log.max_offset
+        await asyncio.get_running_loop().run_in_executor(None, self.checkpoint.save)
+        fs.close()
+        self._close_files()
+        try:
+            os.unlink(self.abort_path)
+        except FileNotFoundError:
+            pass
+        self._release_lock()
+        self._started = False
+
+    def close(self) -> None:
+        """Release mappings and the lock without any clean-shutdown bookkeeping (as after a crash)."""
+        self._shutdown = True
+        if self.flush_service is not None:
+            for task in self.flush_service._tasks:
+                task.cancel()
+        self._close_files()
+        self._release_lock()
+
+    def _close_files(self) -> None:
+        self.commit_log.close()
+        for cq in self.iter_consume_queues():
+            cq.close()
+        if self.index is not None:
+            self.index.close()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ------------------------------------------------------------------ queues
+    def iter_consume_queues(self) -> Iterator[ConsumeQueue]:
+        for queues in self.consume_queues.values():
+            yield from queues.values()
+
+    def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        queues = self.consume_queues.get(topic)
+        return queues.get(queue_id) if queues is not None else None
+
+    def get_or_create_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queues = self.consume_queues.get(topic)
+        if queues is None:
+            queues = self.consume_queues[topic] = {}
+        cq = queues.get(queue_id)
+        if cq is None:
+            cq = queues[queue_id] = ConsumeQueue(self.cq_root, topic, queue_id,
+                                                 self.config.mapped_file_size_consume_queue)
+        return cq
+
+    def topics_and_queues(self) -> dict[str, list[int]]:
+        return {topic: sorted(queues) for topic, queues in self.consume_queues.items()}
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic's ConsumeQueues (commit-log data expires normally)."""
+        queues = self.consume_queues.pop(topic, None)
+        if queues:
+            for cq in queues.values():
+                cq.destroy()
+        try:
+            os.rmdir(os.path.join(self.cq_root, topic))
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ put
+    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        """``cb(topic, queue_id, max_offset_after, tags)`` once per put after dispatch; ``tags`` is the
+        tagsCode (int) for a single message and the list of tagsCodes for a batch."""
+        self._listeners.append(cb)
+
+    def _disk_refusal(self, now_ms: int) -> str | None:
+        """Cached (≈1 s) disk usage check; a remark when puts must be refused."""
+        if now_ms >= self._disk_check_at:
+            self._disk_check_at = now_ms + self.config.disk_check_interval_ms
+            ratio = disk_used_ratio(self.config.commit_log_path)
+            self.disk_used_ratio = ratio
+            limit = self.config.disk_space_warning_level_ratio
+            if ratio >= limit:
+                if self._disk_refuse_remark is None:
+                    log.error("disk usage %.1f%% >= %d%%: refusing new messages", ratio, limit)
+                self._disk_refuse_remark = (
+                    "service not available now: the broker's disk is full (%.1f%% used >= diskSpaceWarningLevelRatio "
+                    "%d%%)" % (ratio, limit))
+            else:
+                self._disk_refuse_remark = None
+        return self._disk_refuse_remark
+
+    def _fail(self, status: PutStatus, remark: str) -> PutResult:
+        self.stats["put_failures"] += 1
+        return PutResult(status, remark=remark)
+
+    def _append(self, msgs: list[MessageToStore]) -> PutResult:
+        """Append + dispatch synchronously. All messages go to msgs[0]'s topic/queue."""
+        if not self._loaded or self._shutdown:
+            return self._fail(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
+        if not msgs:
+            return self._fail(PutStatus.MESSAGE_ILLEGAL, "no message to store")
+        now = time.time_ns() // 1_000_000
+        refusal = self._disk_refusal(now)
+        if refusal is not None:
+            return self._fail(PutStatus.DISK_FULL, refusal)
+        first = msgs[0]
+        topic = first.topic
+        queue_id = first.queue_id
+        topic_bytes = self._topic_bytes.get(topic)
+        if topic_bytes is None:
+            topic_bytes = topic.encode("utf-8")
+            if not topic_bytes or len(topic_bytes) > _MAX_TOPIC:
+                return self._fail(PutStatus.MESSAGE_ILLEGAL, "topic length %d is invalid" % len(topic_bytes))
+            self._topic_bytes[topic] = topic_bytes
+        props_list = [m.properties.encode("utf-8") for m in msgs]
+        if max(map(len, props_list)) > _MAX_PROPERTIES:
+            return self._fail(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                              "message properties are longer than %d bytes" % _MAX_PROPERTIES)
+        body_lens = [len(m.body) for m in msgs]
+        if max(body_lens) > self.config.max_message_size:
+            return self._fail(PutStatus.MESSAGE_ILLEGAL, "message body size %d exceeds maxMessageSize %d"
+                              % (max(body_lens), self.config.max_message_size))
+        store_host_v6 = len(self.config.store_host) == 20
+        born_v4 = all(len(m.born_host) == 8 for m in msgs)
+        fast = born_v4 and not store_host_v6 and len(topic_bytes) <= _MAX_TOPIC_V1
+        const = (91 if len(topic_bytes) <= _MAX_TOPIC_V1 else 92) + len(topic_bytes) + (12 if store_host_v6 else 0)
+        if born_v4:
+            sizes = [const + b + len(p) for b, p in zip(body_lens, props_list)]
+        else:
+            sizes = [const + b + len(p) + (12 if len(m.born_host) == 20 else 0)
+                     for b, p, m in zip(body_lens, props_list, msgs)]
+            if any(len(m.born_host) not in (8, 20) for m in msgs):
+                return self._fail(PutStatus.MESSAGE_ILLEGAL, "born host must be a packed IPv4 or IPv6 address")
+        if max(sizes) + 8 > self.commit_log.file_size:
+            return self._fail(PutStatus.MESSAGE_ILLEGAL, "message of %d bytes does not fit a commit log file"
+                              % max(sizes))
+        total = sum(sizes)
+        tran = first.sys_flag & _TRAN_MASK
+        dispatch_cq = tran not in _NO_CQ_TYPES
+        cq = self.get_or_create_consume_queue(topic, queue_id) if dispatch_cq else None
+        first_qoff = cq.max_offset if cq is not None else 0
+        try:
+            phys_list = self.commit_log.append_batch(
+                msgs, props_list, sizes, total, topic, topic_bytes, queue_id, first_qoff,
+                1 if dispatch_cq else 0, now, fast)
+        except StoreDiskFullError as exc:
+            log.error("put refused: %s", exc)
+            return self._fail(PutStatus.DISK_FULL, "service not available now: the broker's disk is full, "
+                                                   "cannot create a commit log file (%s)" % exc.strerror)
+        except OSError as exc:
+            log.error("put failed: cannot create a commit log file: %s", exc)
+            return self._fail(PutStatus.UNKNOWN_ERROR, "create mapped file failed: %s" % exc)
+        self.last_store_timestamp = now
+        count = len(msgs)
+        # -- dispatch: consume queue
+        if cq is not None:
+            try:
+                if count == 1:
+                    tags = first.tags_code if topic != recovery.SCHEDULE_TOPIC else self._schedule_tags(first, now)
+                    cq.append(phys_list[0], sizes[0], tags)
+                else:
+                    tags = [m.tags_code for m in msgs]
+                    if topic == recovery.SCHEDULE_TOPIC:
+                        tags = [self._schedule_tags(m, now) for m in msgs]
+                    cq.append_many(phys_list, sizes, tags)
+            except OSError as exc:  # CQ file creation failed: the records are in the commit log already
+                log.error("consume queue dispatch failed for %s/%d: %s", topic, queue_id, exc)
+                return self._fail(PutStatus.DISK_FULL, "service not available now: cannot extend the consume "
+                                                       "queue (%s)" % exc)
+        else:
+            tags = first.tags_code if count == 1 else [m.tags_code for m in msgs]
+        # -- dispatch: index
+        index = self.index
+        if index is not None and tran != _ROLLBACK:
+            uniq_keys = [m.uniq_key for m in msgs]
+            try:
+                if all(uniq_keys) and not any([m.keys for m in msgs]):  # the usual shape: one key each
+                    index.put(index.hasher.hash_many(topic, uniq_keys), phys_list, now)
+                else:
+                    self._index_general(index, topic, msgs, phys_list, now)
+            except OSError as exc:
+                log.error("index file creation failed: %s (messages stay pullable)", exc)
+        stats = self.stats
+        stats["put_messages"] += count
+        stats["put_bytes"] += total
+        if cq is not None and self._listeners:
+            max_after = cq.max_offset
+            for cb in self._listeners:
+                try:
+                    cb(topic, queue_id, max_after, tags)
+                except Exception:  # noqa: BLE001 - a listener must not fail the put
+                    log.exception("message arrival listener failed")
+        return PutResult(PutStatus.PUT_OK, phys_list[0], first_qoff, count, total, now, None, phys_list,
+                         self.config.store_host)
+
+    @staticmethod
+    def _index_general(index: IndexService, topic: str, msgs: list[MessageToStore], phys_list: list[int],
+                       now: int) -> None:
+        keys: list[str] = []
+        offs: list[int] = []
+        for m, phys in zip(msgs, phys_list):
+            if m.uniq_key:
+                keys.append(m.uniq_key)
+                offs.append(phys)
+            if m.keys:
+                for key in m.keys.split(" "):
+                    if key:
+                        keys.append(key)
+                        offs.append(phys)
+        if keys:
+            index.put(index.hasher.hash_many(topic, keys), offs, now)
+
+    def _schedule_tags(self, m: MessageToStore, store_ts: int) -> int:
+        return recovery.schedule_tags_code(decode_properties(m.properties), m.queue_id, store_ts,
+                                           self.delay_levels_ms)
+
+    async def put_messages(self, msgs: list[MessageToStore]) -> PutResult:
+        """Store a batch (one topic/queue, consecutive queue offsets)."""
+        result = self._append(msgs)
+        if result.status is PutStatus.PUT_OK and self.config.sync_flush:
+            await self._await_sync_flush(result)
+        return result
+
+    async def put_message(self, msg: MessageToStore) -> PutResult:
+        result = self._append([msg])
+        if result.status is PutStatus.PUT_OK and self.config.sync_flush:
+            await self._await_sync_flush(result)
+        return result
+
+    async def _await_sync_flush(self, result: PutResult) -> None:
+        end = result.physical_offsets[-1] + 1
+        ok = await self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
+        if not ok:
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            result.remark = "flush to disk did not complete within %d ms" % self.config.sync_flush_timeout_ms
+
+    # ------------------------------------------------------------------ get
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int, max_bytes: int | None = None,
+                     tag_filter: Callable[[int], bool] | None = None, max_scan: int = 800,
+                     record_filter: Callable[[memoryview], bool] | None = None) -> GetResult:
+        """Read up to ``max_nums`` records from ``offset`` (statuses per §4.4.3)."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            self.stats["get_misses"] += 1
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off = cq.min_offset
+        max_off = cq.max_offset
+        if max_off == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+        cq_file = cq.file_for(offset)
+        if cq_file is None:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.next_file_start(offset), min_off, max_off)
+        if max_bytes is None:
+            max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        max_bytes = min(max_bytes, _PULL_HARD_CAP)
+        filtered = tag_filter is not None or record_filter is not None
+        scan = max(max_scan, max_nums) if filtered else max_nums
+        cq_pos = offset * UNIT_SIZE - cq_file.file_from_offset
+        scan = min(scan, max_off - offset, (cq_file.wrote_position - cq_pos) // UNIT_SIZE)
+        units = cq_file.mm[cq_pos:cq_pos + scan * UNIT_SIZE]
+
+        cl = self.commit_log
+        cl_min = cl.min_offset
+        mfq = cl.mfq
+        buffers: list = []
+        count = 0
+        total = 0
+        examined = 0
+        removing = False
+        run_file = None
+        run_start = run_end = 0
+        f_start = f_end = -1
+        mf = None
+        for phys, size, tags in CQ_UNIT.iter_unpack(units):
+            if count and (count >= max_nums or total + size > max_bytes):
+                break
+            examined += 1
+            if phys < cl_min:
+                removing = True
+                continue
+            if tag_filter is not None and not tag_filter(tags):
+                continue
+            if not (f_start <= phys < f_end):
+                mf = mfq.find(phys)
+                if mf is None:
+                    removing = True
+                    continue
+                f_start = mf.file_from_offset
+                f_end = f_start + mf.wrote_position
+            pos = phys - f_start
+            if phys + size > f_end:
+                removing = True
+                continue
+            if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
+                continue
+            if mf is run_file and pos == run_end:
+                run_end = pos + size
+            else:
+                if run_file is not None:
+                    buffers.append(run_file.view[run_start:run_end])
+                run_file = mf
+                run_start = pos
+                run_end = pos + size
+            count += 1
+            total += size
+        if run_file is not None:
+            buffers.append(run_file.view[run_start:run_end])
+        next_begin = offset + examined
+        if count:
+            status = GetStatus.FOUND
+            self.stats["get_found"] += 1
+            self.stats["get_messages"] += count
+        else:
+            status = GetStatus.MESSAGE_WAS_REMOVING if removing else GetStatus.NO_MATCHED_MESSAGE
+            self.stats["get_misses"] += 1
+        return GetResult(status, next_begin, min_off, max_off, buffers, count, total)
+
+    # ------------------------------------------------------------------ offsets & time
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def get_message_store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """STORETIMESTAMP of the message at a queue offset, -1 if unavailable."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        unit = cq.get_unit(offset)
+        if unit is None or unit[0] < self.commit_log.min_offset:
+            return -1
+        return self.commit_log.store_timestamp_at(unit[0])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return -1
+        return self.get_message_store_time(topic, queue_id, cq.min_offset)
+
+    def get_offset_by_time(self, topic: str, queue_id: int, ts_ms: int, upper: bool = False) -> int:
+        """LOWER: first offset stored at/after ``ts_ms`` (max offset if none); UPPER: last offset stored
+        at/before ``ts_ms`` (0 if none). Binary search over store timestamps (non-decreasing per queue)."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        if lo >= hi:
+            return hi if not upper else 0
+        store_time = self._unit_store_time
+        if not upper:
+            while lo < hi:  # first offset with time >= ts
+                mid = (lo + hi) // 2
+                if store_time(cq, mid) >= ts_ms:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+        first, lo, hi = lo, lo, hi
+        while lo < hi:  # first offset with time > ts
+            mid = (lo + hi) // 2
+            if store_time(cq, mid) > ts_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo - 1 if lo > first else 0
+
+    def _unit_store_time(self, cq: ConsumeQueue, offset: int) -> int:
+        unit = cq.get_unit(offset)
+        if unit is None:
+            return -1
+        return self.commit_log.store_timestamp_at(unit[0])
+
+    # ------------------------------------------------------------------ lookups
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> bytes | None:
+        """The raw record at a commit-log offset (None if there is no record there)."""
+        if phys_offset < self.commit_log.min_offset or phys_offset >= self.commit_log.max_offset:
+            return None
+        return self.commit_log.read_record(phys_offset, size)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryResult:
+        """Records indexed under ``topic#key`` (UNIQ_KEY or a KEYS entry) stored within [begin_ts, end_ts]."""
+        index = self.index
+        if index is None:
+            return QueryResult([], 0, 0)
+        records: list[bytes] = []
+        cl_min = self.commit_log.min_offset
+        seen = set()
+        for phys in index.query(topic, key, max_num, begin_ts, end_ts):
+            if phys in seen or phys < cl_min:
+                continue
+            seen.add(phys)
+            raw = self.look_message_by_offset(phys)
+            if raw is None:
+                continue
+            try:  # the index stores hashes only: keep real matches
+                rec = decode_record(raw)
+            except ValueError:
+                continue
+            if rec.topic != topic:
+                continue
+            if rec.properties.get("UNIQ_KEY") != key and key not in rec.properties.get("KEYS", "").split(" "):
+                continue
+            records.append(raw)
+        return QueryResult(records, index.last_update_timestamp, index.last_phy_offset)
+
+    # ------------------------------------------------------------------ maintenance
+    async def flush(self) -> None:
+        """Flush commit log, consume queues, index and checkpoint now."""
+        await self.flush_service.flush_commit_log()
+        await self.flush_service.flush_logics()
+
+    def clean_expired_files(self, **kwargs) -> list[str]:
+        """Run one retention pass now (see RetentionService.clean_once)."""
+        return self.retention.clean_once(**kwargs)
+
+    def runtime_stats(self) -> dict[str, object]:
+        return dict(self.stats, commit_log_min_offset=self.commit_log.min_offset,
+                    commit_log_max_offset=self.commit_log.max_offset,
+                    commit_log_flushed_offset=self.flush_service.commit_log_flushed_offset
+                    if self.flush_service else 0,
+                    disk_used_ratio=self.disk_used_ratio, topics=len(self.consume_queues))

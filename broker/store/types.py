@@ -1,0 +1,178 @@
+"""Store configuration and the value types of the MessageStore API."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+
+from protocol.ids import offset_msg_id
+
+
+@dataclass
+class StoreConfig:
+    """MessageStoreConfig subset (names follow broker.conf, snake_case)."""
+
+    root_dir: str
+    commit_log_dir: str | None = None  # default <root>/commitlog
+    mapped_file_size_commit_log: int = 1073741824
+    mapped_file_size_consume_queue: int = 6_000_000
+    flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH (group commit)
+    flush_interval_commit_log_ms: int = 500
+    flush_interval_consume_queue_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    file_reserved_time_hours: float = 72
+    delete_when: str = "04"  # ';'-separated hours of the day
+    disk_max_used_space_ratio: int = 75  # above: delete expired files at once (not only at delete_when)
+    disk_space_clean_forcibly_ratio: int = 85  # above: delete oldest files even if not expired
+    disk_space_warning_level_ratio: int = 90  # above: refuse puts (DISK_FULL)
+    disk_check_interval_ms: int = 1000
+    clean_resource_interval_ms: int = 10000
+    delete_files_batch_max: int = 10
+    max_message_size: int = 4194304
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    store_host: bytes = field(default=b"\x7f\x00\x00\x01\x00\x00\x2a\x9f")  # packed ip + port
+
+    @property
+    def commit_log_path(self) -> str:
+        return self.commit_log_dir or os.path.join(self.root_dir, "commitlog")
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type.upper() == "SYNC_FLUSH"
+
+    def delete_hours(self) -> set[int]:
+        hours = set()
+        for part in str(self.delete_when).split(";"):
+            part = part.strip()
+            if part.isdigit():
+                hours.add(int(part))
+        return hours
+
+    def delay_levels_ms(self) -> list[int]:
+        """Delay per level (index 0 = level 1) in milliseconds."""
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        levels = []
+        for token in self.message_delay_level.split():
+            unit = units.get(token[-1:].lower())
+            if unit is None or not token[:-1].isdigit():
+                raise ValueError("bad messageDelayLevel entry %r" % token)
+            levels.append(int(token[:-1]) * unit)
+        return levels
+
+
+@dataclass(slots=True)
+class MessageToStore:
+    """One message as the broker hands it to the store."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    body: bytes
+    properties: str  # encoded (§5.1)
+    tags_code: int
+    keys: str | None = None  # the KEYS property value (space separated)
+    uniq_key: str | None = None
+    prepared_transaction_offset: int = 0
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    DISK_FULL = "DISK_FULL"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class PutResult:
+    """Outcome of a put. ``msg_ids`` (offset message ids) are formatted lazily."""
+
+    __slots__ = ("status", "physical_offset", "queue_offset", "count", "wrote_bytes", "store_timestamp",
+                 "remark", "physical_offsets", "_store_host", "_msg_ids")
+
+    def __init__(self, status: PutStatus, physical_offset: int = -1, queue_offset: int = -1, count: int = 0,
+                 wrote_bytes: int = 0, store_timestamp: int = 0, remark: str | None = None,
+                 physical_offsets: list[int] | None = None, store_host: bytes = b"") -> None:
+        self.status = status
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.count = count
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.remark = remark
+        self.physical_offsets = physical_offsets or []
+        self._store_host = store_host
+        self._msg_ids: list[str] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Stored (PUT_OK or FLUSH_DISK_TIMEOUT: the data is in the store either way)."""
+        return self.status is PutStatus.PUT_OK or self.status is PutStatus.FLUSH_DISK_TIMEOUT
+
+    @property
+    def msg_ids(self) -> list[str]:
+        if self._msg_ids is None:
+            host = self._store_host
+            self._msg_ids = [offset_msg_id(host, off) for off in self.physical_offsets]
+        return self._msg_ids
+
+    def __repr__(self) -> str:
+        return ("PutResult(status=%s, physical_offset=%d, queue_offset=%d, count=%d, wrote_bytes=%d, remark=%r)"
+                % (self.status.name, self.physical_offset, self.queue_offset, self.count, self.wrote_bytes,
+                   self.remark))
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class GetResult:
+    """Outcome of a pull: raw commit-log records in ``buffers`` (contiguous runs as single views)."""
+
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "buffers", "message_count",
+                 "buffer_total_size")
+
+    def __init__(self, status: GetStatus, next_begin_offset: int, min_offset: int, max_offset: int,
+                 buffers: list | None = None, message_count: int = 0, buffer_total_size: int = 0) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.buffers = buffers if buffers is not None else []
+        self.message_count = message_count
+        self.buffer_total_size = buffer_total_size
+
+    def body(self) -> bytes:
+        """All records concatenated (a copy; for tests and small responses)."""
+        return b"".join(self.buffers)
+
+    def __repr__(self) -> str:
+        return ("GetResult(status=%s, next_begin_offset=%d, min_offset=%d, max_offset=%d, message_count=%d, "
+                "bytes=%d)" % (self.status.name, self.next_begin_offset, self.min_offset, self.max_offset,
+                               self.message_count, self.buffer_total_size))
+
+
+@dataclass(slots=True)
+class QueryResult:
+    records: list[bytes]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int

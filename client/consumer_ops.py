@@ -1,0 +1,215 @@
+"""Consumer-side broker calls shared by PullConsumer and PushConsumer: pull, offsets, queue look-ups.
+
+Pull responses are decoded lazily (records split, properties decoded on demand) because pulling is a hot path; tag
+subscriptions are re-checked exactly on the client, since the broker filters by tag hash only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from client.errors import MQBrokerError, MQClientError
+from client.instance import ClientInstance, _int
+from client.message import PULL_STATUS_BY_CODE, MessageExt, MessageQueue, MessageSelector, PullResult, PullStatus
+from protocol.codes import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    RequestCode,
+    ResponseCode,
+)
+from protocol.command import RemotingCommand
+from protocol.message import RecordError, iter_records
+
+
+def decode_messages(body: bytes, broker_name: str | None, selector: MessageSelector | None) -> list[MessageExt]:
+    """Pull body (concatenated commit-log records) -> messages, keeping only exact tag matches."""
+    if not body:
+        return []
+    try:
+        messages = [MessageExt(rec, broker_name) for rec in iter_records(body, decode_properties=False)]
+    except RecordError as exc:
+        raise MQClientError(f"malformed message records in pull response: {exc}") from exc
+    if selector is not None and selector.expression_type == "TAG" and selector.tags_set:
+        wanted = selector.tags_set
+        messages = [m for m in messages if m.tags in wanted]
+    return messages
+
+
+class ConsumerOps:
+    """RPCs a consumer group makes against brokers, resolved through the instance's route cache."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+        # Broker id the broker suggested for the next pull of a queue (0 = master).
+        self.pull_from_broker: dict[MessageQueue, int] = {}
+        self.sub_versions: dict[tuple[str, str], int] = {}
+
+    # ------------------------------------------------------------------ addressing
+    async def broker_addr(self, mq: MessageQueue, for_pull: bool = False) -> str:
+        instance = self.instance
+        if for_pull:
+            broker_id = self.pull_from_broker.get(mq, 0)
+            if broker_id:
+                addrs = instance.broker_addrs.get(mq.broker_name) or {}
+                addr = addrs.get(broker_id)
+                if addr:
+                    return addr
+        addr = instance.master_addr(mq.broker_name)
+        if addr is None:
+            addr = await instance.find_master_addr(mq.broker_name, mq.topic)
+        return addr
+
+    async def _call(self, mq: MessageQueue, code: int, ext: dict, timeout: float | None = None) -> RemotingCommand:
+        addr = await self.broker_addr(mq)
+        return await self.instance.invoke_broker(addr, RemotingCommand(code=code, ext_fields=ext), timeout)
+
+    async def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        route = await self.instance.update_route(topic)
+        self.instance.tracked_topics.add(topic)
+        queues = route.subscribe_queues(topic)
+        if not queues:
+            raise MQClientError(f"topic {topic!r} has no readable queue")
+        return queues
+
+    # ------------------------------------------------------------------ pull
+    def _sub_version(self, topic: str, expression: str) -> int:
+        key = (topic, expression)
+        version = self.sub_versions.get(key)
+        if version is None:
+            version = self.sub_versions[key] = int(time.time() * 1000)
+        return version
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        selector: MessageSelector,
+        offset: int,
+        max_nums: int,
+        *,
+        timeout: float,
+        suspend_timeout_ms: int = 0,
+        commit_offset: int | None = None,
+        send_subscription: bool = True,
+    ) -> PullResult:
+        """One PULL_MESSAGE. suspend_timeout_ms > 0 asks the broker to long-poll (hold) when nothing is new."""
+        sys_flag = 0
+        if send_subscription:
+            sys_flag |= PULL_FLAG_SUBSCRIPTION
+        if suspend_timeout_ms > 0:
+            sys_flag |= PULL_FLAG_SUSPEND
+        if commit_offset is not None and commit_offset > 0:
+            sys_flag |= PULL_FLAG_COMMIT_OFFSET
+        ext = {
+            "consumerGroup": self.group,
+            "topic": mq.topic,
+            "queueId": mq.queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": max_nums,
+            "sysFlag": sys_flag,
+            "commitOffset": commit_offset if commit_offset is not None and commit_offset > 0 else 0,
+            "suspendTimeoutMillis": suspend_timeout_ms,
+            "subVersion": self._sub_version(mq.topic, selector.expression),
+            "expressionType": selector.expression_type,
+        }
+        if send_subscription:
+            ext["subscription"] = selector.expression
+        addr = await self.broker_addr(mq, for_pull=True)
+        reply = await self.instance.invoke_broker(
+            addr, RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext), timeout
+        )
+        status = PULL_STATUS_BY_CODE.get(reply.code)
+        if status is None:
+            raise MQBrokerError(reply.code, reply.remark, addr)
+        hdr = reply.ext_fields or {}
+        suggested = _int(hdr.get("suggestWhichBrokerId"), 0)
+        if suggested or mq in self.pull_from_broker:
+            self.pull_from_broker[mq] = suggested
+        messages = decode_messages(reply.body, mq.broker_name, selector) if status is PullStatus.FOUND else []
+        return PullResult(
+            status,
+            messages,
+            _int(hdr.get("nextBeginOffset"), offset),
+            _int(hdr.get("minOffset"), 0),
+            _int(hdr.get("maxOffset"), 0),
+        )
+
+    # ------------------------------------------------------------------ offsets
+    async def query_consumer_offset(self, mq: MessageQueue, timeout: float | None = None) -> int:
+        """The group's stored offset for mq, or -1 if the broker has none (QUERY_NOT_FOUND)."""
+        reply = await self._call(
+            mq,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id},
+            timeout,
+        )
+        if reply.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        if reply.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(reply.code, reply.remark)
+        return _int((reply.ext_fields or {}).get("offset"), -1)
+
+    async def update_consumer_offset(
+        self, mq: MessageQueue, offset: int, *, oneway: bool = False, timeout: float | None = None
+    ) -> None:
+        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset}
+        cmd = RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=ext)
+        addr = await self.broker_addr(mq)
+        if oneway:
+            await self.instance.brokers.invoke_oneway(addr, cmd)
+            return
+        reply = await self.instance.invoke_broker(addr, cmd, timeout)
+        if reply.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(reply.code, reply.remark, addr)
+
+    async def _offset_call(self, mq: MessageQueue, code: int, ext: dict, key: str = "offset") -> int:
+        reply = await self._call(mq, code, ext)
+        if reply.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(reply.code, reply.remark)
+        return _int((reply.ext_fields or {}).get(key), 0)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """Next offset to be written in mq (exclusive upper bound)."""
+        return await self._offset_call(
+            mq, RequestCode.GET_MAX_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id, "committed": True}
+        )
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._offset_call(mq, RequestCode.GET_MIN_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id})
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int, boundary: str = "LOWER") -> int:
+        boundary = boundary.upper()
+        if boundary not in ("LOWER", "UPPER"):
+            raise ValueError("boundary must be 'LOWER' or 'UPPER'")
+        return await self._offset_call(
+            mq,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": mq.topic, "queueId": mq.queue_id, "timestamp": int(timestamp_ms), "boundaryType": boundary},
+        )
+
+    async def earliest_msg_store_time(self, mq: MessageQueue) -> int:
+        return await self._offset_call(
+            mq, RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": mq.topic, "queueId": mq.queue_id}, "timestamp"
+        )
+
+    async def consumer_ids(self, topic: str, timeout: float | None = None) -> list[str]:
+        """Client ids of the group as one broker serving topic sees them (GET_CONSUMER_LIST_BY_GROUP)."""
+        route = self.instance.routes.get(topic) or await self.instance.update_route(topic)
+        for broker in route.brokers:
+            addr = broker.master_addr or next(iter(broker.addrs.values()), None)
+            if not addr:
+                continue
+            reply = await self.instance.invoke_broker(
+                addr,
+                RemotingCommand(code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group}),
+                timeout,
+            )
+            if reply.code != ResponseCode.SUCCESS:
+                raise MQBrokerError(reply.code, reply.remark, addr)
+            from protocol.jsonlenient import loads_lenient
+
+            data = loads_lenient(reply.body) if reply.body else {}
+            ids = data.get("consumerIdList") if isinstance(data, dict) else None
+            return [str(i) for i in ids or []]
+        return []

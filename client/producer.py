@@ -1,0 +1,521 @@
+"""Producer: route look-up, queue selection, retries, batches, compression, one-way sends.
+
+Hot path (`send` of a routed topic on an open connection): validate, build the properties string (one f-string),
+encode a header from a per-(topic, broker, serialization) template, write, await one future. No per-message dicts,
+no RemotingCommand for the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import zlib
+from collections.abc import Callable, Iterable
+
+from client.errors import (
+    MessageValidationError,
+    MQBrokerError,
+    MQClientError,
+    RemotingError,
+    RemotingTimeoutError,
+)
+from client.instance import ClientInstance, _int
+from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, validate_property_text
+from client.route import TopicPublishInfo, TopicRoute
+from client.wire import frame, make_send_header_builder
+from protocol.codes import RequestCode, ResponseCode
+from protocol.ids import UniqKeyGenerator
+from protocol.message import BatchEntry, encode_batch_body
+from protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Producer", "RETRYABLE_SEND_CODES"]
+
+DEFAULT_TOPIC = "TBW102"
+# Codes after which another broker/queue may succeed (Java's retryResponseCodes plus busy / flow control / go-away).
+RETRYABLE_SEND_CODES = frozenset({1, 2, 14, 16, 17, 204, 205, 215, 1500})
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_MAX_TOPIC_LEN = 127
+_SEND_CODE = int(RequestCode.SEND_MESSAGE_V2)
+_BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
+
+QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+class _Prepared:
+    """A message encoded once for all attempts (UNIQ_KEY stays stable across retries)."""
+
+    __slots__ = ("topic", "body", "sys_flag", "flag", "props", "msg_id", "batch")
+
+    def __init__(self, topic: str, body: bytes, sys_flag: int, flag: int, props: str, msg_id: str, batch: bool):
+        self.topic = topic
+        self.body = body
+        self.sys_flag = sys_flag
+        self.flag = flag
+        self.props = props
+        self.msg_id = msg_id
+        self.batch = batch
+
+
+class Producer:
+    """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        send_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        compress_msg_body_over_howmuch: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        instance_name: str | None = None,
+        default_topic_queue_nums: int = 4,
+        allow_msgpack: bool = True,
+        heartbeat_interval: float = 30.0,
+        route_refresh_interval: float = 30.0,
+    ) -> None:
+        if not group:
+            raise ValueError("producer group must not be empty")
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.send_timeout = send_timeout
+        self.retry_times_when_send_failed = max(0, retry_times_when_send_failed)
+        self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._instance = ClientInstance(
+            namesrv_addr,
+            instance_name=instance_name,
+            heartbeat_data=self._heartbeat_data,
+            allow_msgpack=allow_msgpack,
+            heartbeat_interval=heartbeat_interval,
+            route_refresh_interval=route_refresh_interval,
+            rpc_timeout=send_timeout,
+        )
+        self._instance.route_listeners.append(self._on_route)
+        self._uniq = UniqKeyGenerator(self._instance.client_ip)
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        self._builders: dict[tuple, Callable] = {}
+        self._valid_topics: set[str] = set()
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def client_id(self) -> str:
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self._instance.start()
+        self._started = True
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            await self._instance.shutdown()
+            return
+        self._started = False
+        await self._instance.shutdown(unregister=[{"producerGroup": self.group}])
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.shutdown()
+
+    def _heartbeat_data(self) -> dict:
+        return {"producerDataSet": [{"groupName": self.group}, {"groupName": "CLIENT_INNER_PRODUCER"}]}
+
+    # ------------------------------------------------------------------ public API
+    async def send(
+        self,
+        msg: Message,
+        *,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        queue: MessageQueue | None = None,
+        delay_level: int | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        Without `queue`/`selector`: round-robin over writable queues, retrying other queues/brokers on retryable
+        failures. With `selector(queues, msg, arg) -> MessageQueue` or an explicit `queue`: one attempt to that queue
+        (ordered messages must not be re-routed).
+        """
+        if not self._started:
+            raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
+        prepared = self._prepare(msg, delay_level)
+        timeout = self.send_timeout if timeout is None else timeout
+        if queue is None and selector is None:
+            # Fast path, all in this one coroutine frame: routed topic, open connection, first attempt succeeds.
+            info = self._publish.get(prepared.topic)
+            if info is not None and info.queues:
+                mq = info.select()
+                addr = self._instance.master_addr(mq.broker_name)
+                conn = self._instance.brokers.connected(addr) if addr is not None else None
+                if conn is not None:
+                    opaque, fut = self._issue(conn, mq, prepared, timeout)
+                    try:
+                        reply = await fut
+                    except asyncio.CancelledError:
+                        conn.cancel(opaque)
+                        raise
+                    except RemotingError as exc:
+                        if isinstance(exc, RemotingTimeoutError):
+                            raise
+                        return await self._send_with_retries(prepared, timeout, mq.broker_name, exc)
+                    status = SEND_STATUS_BY_CODE.get(reply.code)
+                    if status is not None:
+                        return self._result(status, reply, mq, prepared)
+                    error = MQBrokerError(reply.code, reply.remark, addr)
+                    if reply.code not in RETRYABLE_SEND_CODES or not self.retry_times_when_send_failed:
+                        raise error
+                    return await self._send_with_retries(prepared, timeout, mq.broker_name, error)
+            return await self._send_with_retries(prepared, timeout)
+        mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+        return await self._send_to_queue(mq, prepared, timeout)
+
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        queue: MessageQueue | None = None,
+        delay_level: int | None = None,
+    ) -> None:
+        """Fire-and-forget send (one-way frame, no response, no retry)."""
+        if not self._started:
+            raise MQClientError("producer is not started")
+        prepared = self._prepare(msg, delay_level)
+        if queue is None and selector is None:
+            info = self._publish.get(prepared.topic)
+            if info is None or not info.queues:
+                info = await self._load_publish_info(prepared.topic)
+            mq = info.select()
+        else:
+            mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+        addr = self._instance.master_addr(mq.broker_name) or await self._instance.find_master_addr(
+            mq.broker_name, prepared.topic
+        )
+        brokers = self._instance.brokers
+        conn = brokers.connected(addr) or await brokers.connection(addr)
+        build = self._builder(prepared.topic, mq.broker_name, conn.serialize_type, False)
+        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                       brokers.next_opaque(), 2)
+        conn.oneway_frame(frame(conn.serialize_type, header, prepared.body))
+
+    async def send_batch(
+        self,
+        msgs: Iterable[Message],
+        *,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send messages of one topic as ONE SEND_BATCH_MESSAGE; msg_id is the comma-joined UNIQ_KEYs."""
+        if not self._started:
+            raise MQClientError("producer is not started")
+        messages = list(msgs)
+        prepared = self._prepare_batch(messages)
+        timeout = self.send_timeout if timeout is None else timeout
+        if queue is None and selector is None:
+            return await self._send_with_retries(prepared, timeout)
+        mq = await self._choose_queue(prepared.topic, messages[0], selector, arg, queue)
+        return await self._send_to_queue(mq, prepared, timeout)
+
+    async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The writable queues the producer would use for topic (loads the route if needed)."""
+        info = self._publish.get(topic)
+        if info is None or not info.queues:
+            info = await self._load_publish_info(topic)
+        return list(info.queues)
+
+    # ------------------------------------------------------------------ message encoding
+    def _check_topic(self, topic: str) -> None:
+        if topic in self._valid_topics:
+            return
+        if not isinstance(topic, str) or not topic.strip():
+            raise MessageValidationError("message topic is empty")
+        if len(topic) > _MAX_TOPIC_LEN:
+            raise MessageValidationError(f"topic {topic[:40]!r}... is longer than {_MAX_TOPIC_LEN} characters")
+        if not _TOPIC_RE.match(topic):
+            raise MessageValidationError(f"topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]")
+        if topic == DEFAULT_TOPIC:
+            raise MessageValidationError(f"topic {topic!r} is the auto-create key topic and cannot be sent to")
+        self._valid_topics.add(topic)
+
+    def _check_body(self, body: object) -> bytes:
+        if type(body) is not bytes:
+            if isinstance(body, (bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                raise MessageValidationError(f"message body must be bytes, got {type(body).__name__}")
+        size = len(body)
+        if size == 0:
+            raise MessageValidationError("message body is empty")
+        if size > self.max_message_size:
+            raise MessageValidationError(
+                f"message body of {size} bytes exceeds max_message_size ({self.max_message_size} bytes)"
+            )
+        return body  # type: ignore[return-value]
+
+    def _encode_props(self, msg: Message, delay_level: int, uniq: str) -> str:
+        tags = msg.tags
+        keys = msg.keys
+        user = msg.properties
+        if not keys and not user and not delay_level:  # the common case: one f-string
+            if tags:
+                if "\x01" in tags or "\x02" in tags:
+                    validate_property_text("TAGS", tags)
+                props = f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}\x02"
+            else:
+                props = f"UNIQ_KEY\x01{uniq}\x02"
+            return props
+        parts = []
+        if user:
+            for name, value in user.items():
+                if not isinstance(name, str) or not isinstance(value, str):
+                    raise MessageValidationError(
+                        f"property {name!r}: names and values must be str, got {type(value).__name__}"
+                    )
+                validate_property_text(name, value)
+            parts.append(encode_properties(user))
+        if tags:
+            validate_property_text("TAGS", tags)
+            parts.append(f"TAGS\x01{tags}\x02")
+        if keys:
+            joined = " ".join(keys)
+            validate_property_text("KEYS", joined)
+            parts.append(f"KEYS\x01{joined}\x02")
+        if delay_level:
+            parts.append(f"DELAY\x01{delay_level}\x02")
+        parts.append(f"UNIQ_KEY\x01{uniq}\x02")
+        props = "".join(parts)
+        if len(props) > MAX_PROPERTIES_BYTES // 4 and len(props.encode("utf-8", "replace")) > MAX_PROPERTIES_BYTES:
+            raise MessageValidationError(f"message properties exceed {MAX_PROPERTIES_BYTES} bytes once encoded")
+        return props
+
+    def _prepare(self, msg: Message, delay_level: int | None) -> _Prepared:
+        topic = msg.topic
+        if topic not in self._valid_topics:
+            self._check_topic(topic)
+        body = self._check_body(msg.body)
+        level = msg.delay_level if delay_level is None else delay_level
+        if level and (not isinstance(level, int) or level < 0):
+            raise MessageValidationError(f"delay_level must be a non-negative int, got {level!r}")
+        sys_flag = 0
+        if len(body) > self.compress_msg_body_over_howmuch:
+            compressed = zlib.compress(body, 5)
+            if len(compressed) < len(body):
+                body = compressed
+                sys_flag = 1
+        uniq = self._uniq.next()
+        return _Prepared(topic, body, sys_flag, msg.flag, self._encode_props(msg, level, uniq), uniq, False)
+
+    def _prepare_batch(self, messages: list[Message]) -> _Prepared:
+        if not messages:
+            raise MessageValidationError("send_batch needs at least one message")
+        topic = messages[0].topic
+        self._check_topic(topic)
+        if topic.startswith("%RETRY%"):
+            raise MessageValidationError("batch sends do not support retry topics")
+        entries = []
+        ids = []
+        next_id = self._uniq.next
+        for index, msg in enumerate(messages):
+            if not isinstance(msg, Message):
+                raise MessageValidationError(f"batch item {index} is not a Message")
+            if msg.topic != topic:
+                raise MessageValidationError(
+                    f"all messages of a batch must share one topic: item {index} has {msg.topic!r}, not {topic!r}"
+                )
+            if msg.delay_level:
+                raise MessageValidationError(f"batch item {index}: delayed messages cannot be batched")
+            body = self._check_body(msg.body)
+            uniq = next_id()
+            ids.append(uniq)
+            entries.append(BatchEntry(msg.flag, body, self._encode_props(msg, 0, uniq)))
+        try:
+            body = encode_batch_body(entries)
+        except ValueError as exc:
+            raise MessageValidationError(str(exc)) from None
+        if len(body) > self.max_message_size:
+            raise MessageValidationError(
+                f"batch of {len(messages)} messages encodes to {len(body)} bytes, over max_message_size "
+                f"({self.max_message_size} bytes); split it into smaller batches"
+            )
+        # Batch-level properties: deliberately without a batch UNIQ_KEY (released brokers would copy it onto every
+        # message, clobbering the per-message ids).
+        return _Prepared(topic, body, 0, 0, "WAIT\x01true\x02", ",".join(ids), True)
+
+    # ------------------------------------------------------------------ routing
+    def _on_route(self, topic: str, route: TopicRoute) -> None:
+        info = self._publish.get(topic)
+        if info is None:
+            return
+        queues = route.publish_queues(topic)
+        if queues:
+            info.queues = queues
+            info.route = route
+            info.via_default_topic = False
+
+    async def _load_publish_info(self, topic: str) -> TopicPublishInfo:
+        waiting = self._loading.get(topic)
+        if waiting is not None:
+            return await asyncio.shield(waiting)
+        fut = asyncio.get_running_loop().create_future()
+        self._loading[topic] = fut
+        try:
+            info = await self._fetch_publish_info(topic)
+        except BaseException as exc:
+            fut.set_exception(exc if isinstance(exc, Exception) else MQClientError(str(exc)))
+            fut.exception()
+            raise
+        finally:
+            self._loading.pop(topic, None)
+        fut.set_result(info)
+        return info
+
+    async def _fetch_publish_info(self, topic: str) -> TopicPublishInfo:
+        instance = self._instance
+        try:
+            route = await instance.update_route(topic)
+            queues = route.publish_queues(topic)
+            via_default = False
+        except MQBrokerError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            route = None
+            queues = []
+        if not queues:
+            # Unknown topic: borrow the auto-create key topic's brokers; the broker creates the topic on first send.
+            try:
+                route = await instance.update_route(DEFAULT_TOPIC)
+            except MQBrokerError as exc:
+                raise MQClientError(
+                    f"no route info for topic {topic!r} (and auto-create topic {DEFAULT_TOPIC} is unavailable: "
+                    f"{exc.remark})"
+                ) from exc
+            queues = route.publish_queues(topic, max_queue_nums=self.default_topic_queue_nums)
+            via_default = True
+            if not queues:
+                raise MQClientError(f"no writable queue for topic {topic!r}")
+        instance.tracked_topics.add(topic)
+        info = TopicPublishInfo(topic, queues, route, via_default)
+        self._publish[topic] = info
+        return info
+
+    async def _choose_queue(self, topic, msg, selector, arg, queue) -> MessageQueue:
+        if queue is not None:
+            if queue.topic != topic:
+                raise MessageValidationError(f"queue {queue} does not belong to topic {topic!r}")
+            return queue
+        info = self._publish.get(topic)
+        if info is None or not info.queues:
+            info = await self._load_publish_info(topic)
+        mq = selector(list(info.queues), msg, arg)
+        if not isinstance(mq, MessageQueue):
+            raise MQClientError(f"queue selector returned {mq!r}, not a MessageQueue")
+        return mq
+
+    def _builder(self, topic: str, broker_name: str, serialize_type: int, batch: bool) -> Callable:
+        key = (topic, broker_name, serialize_type, batch)
+        build = self._builders.get(key)
+        if build is None:
+            build = make_send_header_builder(
+                serialize_type=serialize_type, producer_group=self.group, topic=topic, broker_name=broker_name,
+                default_topic=DEFAULT_TOPIC, default_topic_queue_nums=self.default_topic_queue_nums, batch=batch,
+            )
+            self._builders[key] = build
+        return build
+
+    # ------------------------------------------------------------------ sending
+    async def _send_with_retries(
+        self,
+        prepared: _Prepared,
+        timeout: float,
+        failed_broker: str | None = None,
+        last_error: Exception | None = None,
+    ) -> SendResult:
+        """Attempts on successive queues (avoiding the broker that just failed) within one overall deadline.
+
+        failed_broker/last_error: the fast path's failed first attempt, which counts against the retry budget.
+        """
+        topic = prepared.topic
+        info = self._publish.get(topic)
+        if info is None or not info.queues:
+            info = await self._load_publish_info(topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attempts = 1 + self.retry_times_when_send_failed - (1 if last_error is not None else 0)
+        for _attempt in range(attempts):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            mq = info.select(failed_broker)
+            try:
+                return await self._send_to_queue(mq, prepared, remaining)
+            except MQBrokerError as exc:
+                if exc.code not in RETRYABLE_SEND_CODES:
+                    raise
+                last_error = exc
+            except RemotingError as exc:
+                last_error = exc
+            failed_broker = mq.broker_name
+            info = self._publish.get(topic) or info
+        if last_error is None:
+            raise RemotingTimeoutError(f"send to topic {topic!r} timed out after {timeout}s")
+        raise last_error
+
+    async def _send_to_queue(self, mq: MessageQueue, prepared: _Prepared, timeout: float) -> SendResult:
+        instance = self._instance
+        addr = instance.master_addr(mq.broker_name)
+        if addr is None:
+            addr = await instance.find_master_addr(mq.broker_name, prepared.topic)
+        brokers = instance.brokers
+        conn = brokers.connected(addr)
+        if conn is None:
+            conn = await brokers.connection(addr)
+        opaque, fut = self._issue(conn, mq, prepared, timeout)
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            conn.cancel(opaque)
+            raise
+        status = SEND_STATUS_BY_CODE.get(reply.code)
+        if status is None:
+            raise MQBrokerError(reply.code, reply.remark, addr)
+        return self._result(status, reply, mq, prepared)
+
+    def _issue(self, conn, mq: MessageQueue, prepared: _Prepared, timeout: float) -> tuple[int, asyncio.Future]:
+        """Encode and write the send request on conn; returns (opaque, response future)."""
+        serialize_type = conn.serialize_type
+        build = self._builders.get((prepared.topic, mq.broker_name, serialize_type, prepared.batch))
+        if build is None:
+            build = self._builder(prepared.topic, mq.broker_name, serialize_type, prepared.batch)
+        opaque = conn.owner.next_opaque()
+        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props, opaque, 0)
+        fut = conn.request_frame(
+            opaque, frame(serialize_type, header, prepared.body), timeout, _BATCH_CODE if prepared.batch else _SEND_CODE
+        )
+        return opaque, fut
+
+    @staticmethod
+    def _result(status, reply, mq: MessageQueue, prepared: _Prepared) -> SendResult:
+        ext = reply.ext_fields or {}
+        queue_id = _int(ext.get("queueId"), mq.queue_id)
+        if queue_id != mq.queue_id:
+            mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
+        return SendResult(
+            status, prepared.msg_id, ext.get("msgId"), queue_id, _int(ext.get("queueOffset"), -1), mq,
+            ext.get("transactionId"),
+        )

@@ -1,0 +1,373 @@
+"""Client transport and producer error paths against tiny in-test fake peers on 127.0.0.1.
+
+The fakes only exist to provoke failures (timeouts, closed connections, busy brokers, unknown topics) and to observe
+what the client puts on the wire; real behaviour is covered by the integration tests against the real broker.
+"""
+
+import asyncio
+import json
+
+import pytest
+
+from client import Message, Producer
+from client.errors import MQBrokerError, RemotingClosedError, RemotingConnectError, RemotingTimeoutError
+from client.instance import NameServerClient
+from client.remoting import RemotingClient
+from protocol.codes import SerializeType
+from protocol.command import RemotingCommand, decode_command, encode_command
+from protocol.headers import SendMessageRequestHeader
+from protocol.properties import decode_properties
+
+pytestmark = pytest.mark.asyncio
+
+
+class FakePeer:
+    """A remoting server whose answers come from handler(peer, writer, cmd) -> RemotingCommand | None."""
+
+    def __init__(self, handler=None):
+        self.handler = handler or (lambda peer, writer, cmd: cmd.make_response(0))
+        self.received: list[RemotingCommand] = []
+        self.connections = 0
+        self.writers = []
+        self.server = None
+        self.port = 0
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                payload = await reader.readexactly(int.from_bytes(head, "big"))
+                cmd = decode_command(payload)
+                self.received.append(cmd)
+                if cmd.flag & 1:
+                    continue  # a response to one of our requests
+                reply = self.handler(self, writer, cmd)
+                if asyncio.iscoroutine(reply):
+                    reply = await reply
+                if reply is not None and not cmd.flag & 2:
+                    writer.write(encode_command(reply))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self):
+        for w in self.writers:
+            w.close()
+        self.server.close()
+        await self.server.wait_closed()
+
+
+@pytest.fixture
+async def peers():
+    started = []
+
+    async def make(handler=None):
+        peer = await FakePeer(handler).start()
+        started.append(peer)
+        return peer
+
+    yield make
+    for peer in started:
+        await peer.stop()
+
+
+def free_port():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ----------------------------------------------------------------------------------------------- transport
+async def test_pipelined_requests_out_of_order(peers):
+    waiting = []
+
+    async def handler(peer, writer, cmd):
+        waiting.append(cmd)
+        if len(waiting) == 50:  # answer everything at once, newest first
+            for c in reversed(waiting):
+                writer.write(encode_command(c.make_response(0, remark=str(c.ext_fields["i"]))))
+        return None
+
+    peer = await peers(handler)
+    client = RemotingClient()
+    try:
+        replies = await asyncio.wait_for(
+            asyncio.gather(
+                *(client.invoke(peer.addr, RemotingCommand(code=999, ext_fields={"i": i}), 3.0) for i in range(50))
+            ),
+            5,
+        )
+        assert [r.remark for r in replies] == [str(i) for i in range(50)]
+        assert peer.connections == 1
+    finally:
+        await client.close()
+
+
+async def test_timeout_then_late_response_is_dropped(peers):
+    held = []
+
+    def handler(peer, writer, cmd):
+        held.append((writer, cmd))
+        return None
+
+    peer = await peers(handler)
+    client = RemotingClient()
+    try:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(RemotingTimeoutError, match="timed out"):
+            await client.invoke(peer.addr, RemotingCommand(code=999), 0.2)
+        assert 0.15 < loop.time() - start < 1.0
+        writer, cmd = held[0]
+        writer.write(encode_command(cmd.make_response(0)))  # too late: must be ignored
+        await asyncio.sleep(0.05)
+        conn = client.connected(peer.addr)
+        assert conn is not None and not conn.pending
+    finally:
+        await client.close()
+
+
+async def test_closed_connection_fails_pending_and_reconnects(peers):
+    def handler(peer, writer, cmd):
+        if cmd.code == 1:
+            writer.close()
+            return None
+        return cmd.make_response(0)
+
+    peer = await peers(handler)
+    client = RemotingClient()
+    try:
+        with pytest.raises(RemotingClosedError, match="closed"):
+            await asyncio.wait_for(client.invoke(peer.addr, RemotingCommand(code=1), 3.0), 3)
+        reply = await asyncio.wait_for(client.invoke(peer.addr, RemotingCommand(code=2), 3.0), 3)
+        assert reply.code == 0 and peer.connections == 2
+    finally:
+        await client.close()
+
+
+async def test_connect_error_is_clear():
+    client = RemotingClient(connect_timeout=1.0)
+    port = free_port()
+    with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+        await client.invoke(f"127.0.0.1:{port}", RemotingCommand(code=1), 1.0)
+    await client.close()
+
+
+async def test_broker_to_client_requests(peers):
+    seen = []
+
+    def handler(peer, writer, cmd):
+        # push a one-way notify and an unknown two-way request at the client, then answer
+        writer.write(encode_command(RemotingCommand(code=40, opaque=900, flag=2, ext_fields={"consumerGroup": "g"})))
+        writer.write(encode_command(RemotingCommand(code=221, opaque=901)))
+        return cmd.make_response(0)
+
+    peer = await peers(handler)
+
+    def client_handler(conn, cmd):
+        seen.append(cmd.code)
+        return None
+
+    client = RemotingClient(request_handler=client_handler)
+    try:
+        await client.invoke(peer.addr, RemotingCommand(code=5), 3.0)
+        for _ in range(100):
+            if any(c.flag & 1 for c in peer.received):
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [40, 221]
+        replies = [c for c in peer.received if c.flag & 1]
+        assert len(replies) == 1 and replies[0].opaque == 901 and replies[0].code == 3  # not supported
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("announce,allow,expected", [
+    (True, True, SerializeType.MSGPACK),
+    (False, True, SerializeType.JSON),
+    (True, False, SerializeType.JSON),
+])
+async def test_msgpack_negotiation(peers, announce, allow, expected):
+    def handler(peer, writer, cmd):
+        if cmd.code == 34 and announce:
+            return cmd.make_response(0, ext_fields={"serializeTypes": "JSON,ROCKETMQ,MSGPACK"})
+        return cmd.make_response(0)
+
+    peer = await peers(handler)
+    client = RemotingClient(heartbeat_body=lambda: b'{"clientID":"x"}', allow_msgpack=allow)
+    try:
+        reply = await client.invoke(peer.addr, RemotingCommand(code=30, ext_fields={"topic": "T", "queueId": 1}), 3.0)
+        assert reply.code == 0
+        first, second = peer.received[:2]
+        assert first.code == 34 and first.serialize_type == SerializeType.JSON and first.body == b'{"clientID":"x"}'
+        assert second.code == 30 and second.serialize_type == expected
+        assert second.ext_fields["topic"] == "T"
+    finally:
+        await client.close()
+
+
+async def test_name_server_fallback(peers):
+    route = {"brokerDatas": [{"brokerName": "b", "cluster": "C", "brokerAddrs": {"0": "127.0.0.1:1"}}],
+             "queueDatas": [{"brokerName": "b", "perm": 6, "readQueueNums": 2, "writeQueueNums": 2}]}
+
+    def handler(peer, writer, cmd):
+        assert cmd.code == 105 and cmd.serialize_type == SerializeType.JSON
+        if cmd.ext_fields["topic"] == "T":
+            return cmd.make_response(0, body=json.dumps(route).encode())
+        return cmd.make_response(17, remark="No topic route info")
+
+    peer = await peers(handler)
+    ns = NameServerClient(f"127.0.0.1:{free_port()}; {peer.addr}", timeout=1.0)
+    try:
+        r = await ns.get_route("T")
+        assert r.broker("b").master_addr == "127.0.0.1:1"
+        with pytest.raises(MQBrokerError) as info:
+            await ns.get_route("Missing")
+        assert info.value.code == 17
+    finally:
+        await ns.close()
+
+
+# ----------------------------------------------------------------------------------------------- producer error paths
+def route_body(brokers, queues=1):
+    return json.dumps({
+        "brokerDatas": [{"brokerName": n, "cluster": "C", "brokerAddrs": {"0": a}} for n, a in brokers],
+        "queueDatas": [{"brokerName": n, "perm": 6, "readQueueNums": queues, "writeQueueNums": queues}
+                       for n, _ in brokers],
+    }).encode()
+
+
+def broker_handler(send_code):
+    def handler(peer, writer, cmd):
+        if cmd.code in (310, 320):
+            code = send_code(cmd) if callable(send_code) else send_code
+            if code is None:
+                return None
+            ext = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "12"}
+            return cmd.make_response(code, remark="busy" if code else None, ext_fields=ext)
+        return cmd.make_response(0)
+
+    return handler
+
+
+async def name_server(peers, topics):
+    def handler(peer, writer, cmd):
+        body = topics.get(cmd.ext_fields["topic"])
+        if body is None:
+            return cmd.make_response(17, remark="No topic route info in name server for the topic")
+        return cmd.make_response(0, body=body)
+
+    return await peers(handler)
+
+
+async def test_send_retries_on_another_broker_with_stable_uniq_key(peers):
+    busy = await peers(broker_handler(2))
+    ok = await peers(broker_handler(0))
+    ns = await name_server(peers, {"T": route_body([("a", busy.addr), ("b", ok.addr)])})
+    async with Producer("pg", ns.addr, send_timeout=3.0) as producer:
+        results = [await producer.send(Message("T", b"hi", tags="X")) for _ in range(4)]
+    assert all(r.status.name == "SEND_OK" and r.message_queue.broker_name == "b" for r in results)
+    assert all(r.queue_offset == 12 and r.offset_msg_id.startswith("7F000001") for r in results)
+    busy_ids = [decode_properties(SendMessageRequestHeader.decode_v2(c.ext_fields).properties)["UNIQ_KEY"]
+                for c in busy.received if c.code == 310]
+    ok_ids = [decode_properties(SendMessageRequestHeader.decode_v2(c.ext_fields).properties)["UNIQ_KEY"]
+              for c in ok.received if c.code == 310]
+    assert busy_ids and set(busy_ids) <= set(ok_ids)
+    assert [r.msg_id for r in results] == ok_ids
+    # shutdown unregisters the producer group on every broker it talked to
+    for peer in (busy, ok):
+        unreg = [c for c in peer.received if c.code == 35]
+        assert unreg and unreg[0].ext_fields["producerGroup"] == "pg"
+
+
+async def test_send_does_not_retry_non_retryable_code(peers):
+    bad = await peers(broker_handler(13))
+    ns = await name_server(peers, {"T": route_body([("a", bad.addr)])})
+    async with Producer("pg", ns.addr) as producer:
+        with pytest.raises(MQBrokerError) as info:
+            await producer.send(Message("T", b"x"))
+    assert info.value.code == 13
+    assert len([c for c in bad.received if c.code == 310]) == 1
+
+
+async def test_send_gives_up_after_retry_budget(peers):
+    busy = await peers(broker_handler(14))
+    ns = await name_server(peers, {"T": route_body([("a", busy.addr)], queues=2)})
+    async with Producer("pg", ns.addr, retry_times_when_send_failed=2) as producer:
+        with pytest.raises(MQBrokerError) as info:
+            await producer.send(Message("T", b"x"))
+    assert info.value.code == 14
+    assert len([c for c in busy.received if c.code == 310]) == 3
+
+
+async def test_send_timeout(peers):
+    silent = await peers(broker_handler(lambda cmd: None))
+    ns = await name_server(peers, {"T": route_body([("a", silent.addr)])})
+    async with Producer("pg", ns.addr, send_timeout=0.3) as producer:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(RemotingTimeoutError):
+            await producer.send(Message("T", b"x"))
+        assert loop.time() - start < 1.5
+
+
+async def test_unknown_topic_uses_tbw102_route(peers):
+    broker = await peers(broker_handler(0))
+    ns = await name_server(peers, {"TBW102": route_body([("a", broker.addr)], queues=8)})
+    async with Producer("pg", ns.addr) as producer:
+        queues = await producer.fetch_publish_message_queues("Brand_New")
+        assert len(queues) == 4 and {q.topic for q in queues} == {"Brand_New"}
+        r = await producer.send(Message("Brand_New", b"x"))
+    assert r.status.name == "SEND_OK"
+    [send] = [c for c in broker.received if c.code == 310]
+    h = SendMessageRequestHeader.decode_v2(send.ext_fields)
+    assert h.topic == "Brand_New" and h.default_topic == "TBW102" and h.default_topic_queue_nums == 4
+
+
+async def test_producer_heartbeats_first_and_uses_msgpack_only_when_announced(peers):
+    def handler(peer, writer, cmd):
+        if cmd.code == 34:
+            return cmd.make_response(0, ext_fields={"serializeTypes": "JSON,MSGPACK"})
+        return broker_handler(0)(peer, writer, cmd)
+
+    broker = await peers(handler)
+    ns = await name_server(peers, {"T": route_body([("a", broker.addr)])})
+    async with Producer("pg", ns.addr) as producer:
+        await producer.send(Message("T", b"x"))
+        await producer.send_batch([Message("T", b"y"), Message("T", b"z")])
+        await producer.send_oneway(Message("T", b"w"))
+        for _ in range(100):
+            if len([c for c in broker.received if c.code == 310]) == 2:
+                break
+            await asyncio.sleep(0.01)
+    first = broker.received[0]
+    assert first.code == 34 and first.serialize_type == SerializeType.JSON
+    hb = json.loads(first.body)
+    assert {"groupName": "pg"} in hb["producerDataSet"] and hb["clientID"] == producer.client_id
+    sends = [c for c in broker.received if c.code in (310, 320)]
+    assert [c.code for c in sends] == [310, 320, 310]
+    assert all(c.serialize_type == SerializeType.MSGPACK for c in sends)
+    assert sends[2].flag == 2  # one-way
+    assert SendMessageRequestHeader.decode_v2(sends[1].ext_fields).batch is True
+
+
+async def test_send_before_start_is_an_error():
+    producer = Producer("pg", "127.0.0.1:1")
+    with pytest.raises(Exception, match="not started"):
+        await producer.send(Message("T", b"x"))
