@@ -147,8 +147,22 @@ class ConsumeQueue:
     # -- writing ----------------------------------------------------------------
     def _roll(self) -> MappedFile:
         start = self._cur.end_offset if self._cur is not None else self.max_offset * UNIT_SIZE
-        self._cur = self.mfq.create_file(start)
+        self._cur = self.mfq.find(start) or self.mfq.create_file(start)
         return self._cur
+
+    def reserve(self, count: int) -> None:
+        """Create the files the next ``count`` units need, so that a full disk fails the put
+        before anything is written (raises StoreDiskFullError)."""
+        cur = self._cur
+        if cur is None:
+            cur = self._roll()
+        free = (self.file_size - cur.wrote_position) // UNIT_SIZE
+        start = cur.end_offset
+        while count > free:
+            if self.mfq.find(start) is None:
+                self.mfq.create_file(start)
+            free += self.units_per_file
+            start += self.file_size
 
     def append(self, phys: int, size: int, tags_code: int) -> None:
         """Append one unit at max_offset."""
@@ -235,8 +249,8 @@ class ConsumeQueue:
             last_pos = mf.wrote_position - UNIT_SIZE
             if last_pos < 0:
                 break
-            phys, size, _t = CQ_UNIT.unpack_from(mf.mm, last_pos)
-            if phys + (0 if size == FILLER_SIZE else size) <= commit_log_min or phys < commit_log_min:
+            phys = CQ_UNIT.unpack_from(mf.mm, last_pos)[0]
+            if phys < commit_log_min:  # the newest unit points below: all of them do
                 count += 1
             else:
                 break

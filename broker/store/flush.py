@@ -63,6 +63,15 @@ class FlushService:
                 fut.set_result(False)
         self._waiters.clear()
 
+    def abandon(self) -> None:
+        """Stop without flushing (crash simulation / emergency close)."""
+        self._running = False
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        self._cl_executor.shutdown(wait=False)
+        self._logic_executor.shutdown(wait=False)
+
     def close(self) -> None:
         self._cl_executor.shutdown(wait=True)
         self._logic_executor.shutdown(wait=True)

@@ -44,8 +44,9 @@ _PULL_HARD_CAP = 128 * 1024 * 1024
 class MessageStore:
     """RocketMQ-format store: commitlog/, consumequeue/, index/, checkpoint, abort."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] | None = None) -> None:
         self.config = config
+        self._clock_ms = clock_ms
         self.root_dir = config.root_dir
         self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host)
         self.cq_root = os.path.join(config.root_dir, "consumequeue")
@@ -148,8 +149,9 @@ class MessageStore:
         """Release mappings and the lock without any clean-shutdown bookkeeping (as after a crash)."""
         self._shutdown = True
         if self.flush_service is not None:
-            for task in self.flush_service._tasks:
-                task.cancel()
+            self.flush_service.abandon()
+        if self.retention._task is not None:
+            self.retention._task.cancel()
         self._close_files()
         self._release_lock()
 
@@ -231,7 +233,7 @@ class MessageStore:
             return self._fail(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
         if not msgs:
             return self._fail(PutStatus.MESSAGE_ILLEGAL, "no message to store")
-        now = time.time_ns() // 1_000_000
+        now = time.time_ns() // 1_000_000 if self._clock_ms is None else self._clock_ms()
         refusal = self._disk_refusal(now)
         if refusal is not None:
             return self._fail(PutStatus.DISK_FULL, refusal)
@@ -272,33 +274,30 @@ class MessageStore:
         cq = self.get_or_create_consume_queue(topic, queue_id) if dispatch_cq else None
         first_qoff = cq.max_offset if cq is not None else 0
         try:
+            if cq is not None:
+                cq.reserve(len(msgs))
             phys_list = self.commit_log.append_batch(
                 msgs, props_list, sizes, total, topic, topic_bytes, queue_id, first_qoff,
                 1 if dispatch_cq else 0, now, fast)
         except StoreDiskFullError as exc:
             log.error("put refused: %s", exc)
             return self._fail(PutStatus.DISK_FULL, "service not available now: the broker's disk is full, "
-                                                   "cannot create a commit log file (%s)" % exc.strerror)
+                                                   "cannot create a store file (%s)" % exc.strerror)
         except OSError as exc:
-            log.error("put failed: cannot create a commit log file: %s", exc)
+            log.error("put failed: cannot create a store file: %s", exc)
             return self._fail(PutStatus.UNKNOWN_ERROR, "create mapped file failed: %s" % exc)
         self.last_store_timestamp = now
         count = len(msgs)
         # -- dispatch: consume queue
-        if cq is not None:
-            try:
-                if count == 1:
-                    tags = first.tags_code if topic != recovery.SCHEDULE_TOPIC else self._schedule_tags(first, now)
-                    cq.append(phys_list[0], sizes[0], tags)
-                else:
-                    tags = [m.tags_code for m in msgs]
-                    if topic == recovery.SCHEDULE_TOPIC:
-                        tags = [self._schedule_tags(m, now) for m in msgs]
-                    cq.append_many(phys_list, sizes, tags)
-            except OSError as exc:  # CQ file creation failed: the records are in the commit log already
-                log.error("consume queue dispatch failed for %s/%d: %s", topic, queue_id, exc)
-                return self._fail(PutStatus.DISK_FULL, "service not available now: cannot extend the consume "
-                                                       "queue (%s)" % exc)
+        if cq is not None:  # files were reserved above: this cannot fail on a full disk
+            if count == 1:
+                tags = first.tags_code if topic != recovery.SCHEDULE_TOPIC else self._schedule_tags(first, now)
+                cq.append(phys_list[0], sizes[0], tags)
+            else:
+                tags = [m.tags_code for m in msgs]
+                if topic == recovery.SCHEDULE_TOPIC:
+                    tags = [self._schedule_tags(m, now) for m in msgs]
+                cq.append_many(phys_list, sizes, tags)
         else:
             tags = first.tags_code if count == 1 else [m.tags_code for m in msgs]
         # -- dispatch: index
@@ -388,6 +387,8 @@ class MessageStore:
         cq_file = cq.file_for(offset)
         if cq_file is None:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.next_file_start(offset), min_off, max_off)
+        if max_nums < 1:
+            max_nums = 1
         if max_bytes is None:
             max_bytes = self.config.max_transfer_bytes_on_message_in_memory
         max_bytes = min(max_bytes, _PULL_HARD_CAP)
@@ -534,7 +535,9 @@ class MessageStore:
         records: list[bytes] = []
         cl_min = self.commit_log.min_offset
         seen = set()
-        for phys in index.query(topic, key, max_num, begin_ts, end_ts):
+        for phys in index.query(topic, key, max_num + 16, begin_ts, end_ts):  # room for hash collisions
+            if len(records) >= max_num:
+                break
             if phys in seen or phys < cl_min:
                 continue
             seen.add(phys)

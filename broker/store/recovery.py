@@ -11,11 +11,19 @@ truncate CQ units beyond the end and re-dispatch records missing from CQs/index.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import TYPE_CHECKING
 
 from protocol.hashing import tags_code as compute_tags_code
-from protocol.message import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, check_record, decode_record
+from protocol.message import (
+    BORNHOST_V6_FLAG,
+    MAGIC_V2,
+    STOREHOST_V6_FLAG,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    check_record,
+)
 from protocol.properties import decode_properties
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,8 +66,10 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         start_idx = cl.find_recover_start(start_ts)
         end = cl.scan_valid_end(start_idx, verify_crc=True)
         redispatch_from = files[start_idx].file_from_offset
-        if end < cl.mfq.max_offset:
-            log.warning("abnormal recovery: commit log valid up to %d; dropping everything after it", end)
+        tail = cl.mfq.find(end)
+        if tail is not None and any(tail.mm[end - tail.file_from_offset:end - tail.file_from_offset + 8]):
+            log.warning("abnormal recovery: invalid or torn record at commit log offset %d; dropping everything "
+                        "from there on", end)
     cl.set_end(end)
     truncated = 0
     for cq in store.iter_consume_queues():
@@ -94,44 +104,70 @@ def _normal_end(store: MessageStore) -> int:
     return cl.scan_valid_end(max(0, len(files) - 3), verify_crc=False)
 
 
+_HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_LONG = struct.Struct(">q")
+
+
 def _redispatch(store: MessageStore, start: int, end: int) -> int:
-    """Re-build CQ units and index entries for records in [start, end) that are missing."""
+    """Re-build CQ units and index entries for records in [start, end) that are missing.
+
+    Only the fixed fields and the topic are parsed for records that are already dispatched;
+    properties are decoded only for records that need a CQ unit or index entries."""
     cl = store.commit_log
     index = store.index
     index_from = index.last_phy_offset if index is not None and index.files else -1
     delay_levels = store.delay_levels_ms
+    topics: dict[bytes, str] = {}
     count = 0
     for mf, pos, size in cl.iter_record_positions(start, end):
+        mm = mf.mm
         phys = mf.file_from_offset + pos
-        rec = decode_record(mf.mm, pos, decode_properties=False)
-        tran = rec.sys_flag & 0xC
+        _total, magic, _crc, queue_id, _flag, queue_offset, _phys, sys_flag = _HEAD.unpack_from(mm, pos)
+        tran = sys_flag & 0xC
+        need_index = index is not None and tran != TRANSACTION_ROLLBACK_TYPE and phys > index_from
+        born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+        p = pos + 48 + born_len + 8 + store_len + 12
+        body_len = _INT.unpack_from(mm, p)[0]
+        p += 4 + body_len
+        if magic == MAGIC_V2:
+            topic_len = _SHORT.unpack_from(mm, p)[0]
+            p += 2
+        else:
+            topic_len = mm[p]
+            p += 1
+        raw_topic = mm[p:p + topic_len]
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
         cq = None
         if tran not in _NO_CQ_TYPES:
-            cq = store.get_or_create_consume_queue(rec.topic, rec.queue_id)
-            if rec.queue_offset < cq.max_offset:
+            cq = store.get_or_create_consume_queue(topic, queue_id)
+            if queue_offset < cq.max_offset:
                 cq = None  # already present
-        need_index = index is not None and tran != TRANSACTION_ROLLBACK_TYPE and phys > index_from
         if cq is None and not need_index:
             continue
-        props = decode_properties(rec.raw_properties.decode("utf-8", "replace")) if rec.raw_properties else {}
+        p += topic_len
+        props_len = _SHORT.unpack_from(mm, p)[0]
+        props = decode_properties(mm[p + 2:p + 2 + props_len].decode("utf-8", "replace")) if props_len > 0 else {}
+        store_ts = _LONG.unpack_from(mm, pos + 48 + born_len)[0]
         if cq is not None:
-            if rec.topic == SCHEDULE_TOPIC:
-                tags = schedule_tags_code(props, rec.queue_id, rec.store_timestamp, delay_levels)
+            if topic == SCHEDULE_TOPIC:
+                tags = schedule_tags_code(props, queue_id, store_ts, delay_levels)
             else:
                 tags = compute_tags_code(props.get("TAGS"))
-            cq.put_at(rec.queue_offset, phys, size, tags)
+            cq.put_at(queue_offset, phys, size, tags)
             count += 1
         if need_index:
-            hashes = []
-            hasher = index.hasher
+            keys = []
             uniq = props.get("UNIQ_KEY")
             if uniq:
-                hashes.append(hasher(rec.topic, uniq))
-            keys = props.get("KEYS")
+                keys.append(uniq)
+            for key in props.get("KEYS", "").split(" "):
+                if key:
+                    keys.append(key)
             if keys:
-                for key in keys.split(" "):
-                    if key:
-                        hashes.append(hasher(rec.topic, key))
-            if hashes:
-                index.put(hashes, [phys] * len(hashes), rec.store_timestamp)
+                index.put(index.hasher.hash_many(topic, keys), [phys] * len(keys), store_ts)
     return count
