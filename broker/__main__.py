@@ -69,6 +69,8 @@ async def _serve(config) -> int:
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success.", flush=True)
     if broker.namesrv_port:
         print(f"Embedded name server listening on {config.broker_ip1}:{broker.namesrv_port}", flush=True)
+    if broker.vip_server is not None:
+        print(f"VIP channel (for old clients) listening on port {broker.vip_server.port}", flush=True)
     try:
         await stop.wait()
     finally:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from broker.config import BrokerConfig
+from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
 from broker.managers.producer_manager import ProducerManager
@@ -44,11 +45,17 @@ class Broker:
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
+        self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker")
+        # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
+        self.vip_server: RemotingServer | None = None
+        if config.enable_vip_channel and config.listen_port > 2:
+            self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
+                                             max_frame_size=config.frame_max_length, name="broker-vip")
         self.namesrv = None
         self.registrar = None
         self._tasks: list[asyncio.Task] = []
@@ -64,6 +71,11 @@ class Broker:
     def namesrv_port(self) -> int | None:
         return self.namesrv.port if self.namesrv is not None else None
 
+    @property
+    def servers(self) -> list[RemotingServer]:
+        """The remoting servers answering clients (main port, and the VIP port when open)."""
+        return [self.server] if self.vip_server is None else [self.server, self.vip_server]
+
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
@@ -71,6 +83,8 @@ class Broker:
         self.topic_config_manager.load()
         self.subscription_group_manager.load()
         self.consumer_offset_manager.load()
+        self.consumer_filter_manager.load()
+        self.consumer_filter_manager.clean_expired()
         self.store.load()
         self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
         await self.store.start()
@@ -86,10 +100,22 @@ class Broker:
             await self.namesrv.start()
             local_routes = self.namesrv.route_info
         await self.server.start()
+        await self._start_vip_server()
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
         await self.registrar.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
+
+    async def _start_vip_server(self) -> None:
+        """Best effort: a busy listenPort - 2 only costs old clients their fast channel."""
+        if self.vip_server is None:
+            return
+        try:
+            await self.vip_server.start()
+        except OSError as exc:
+            log.warning("VIP channel port %d unavailable (%s); old clients with vipChannelEnabled=true "
+                        "will fail to send", self.vip_server.port, exc.strerror or exc)
+            self.vip_server = None
 
     def _spawn(self, coro, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
@@ -99,7 +125,8 @@ class Broker:
         if self._stopped:
             return
         self._stopped = True
-        await self.server.stop_accepting()
+        for server in self.servers:
+            await server.stop_accepting()
         try:
             self.processors["pull"].release_all()
         except Exception:
@@ -114,7 +141,8 @@ class Broker:
             except (asyncio.TimeoutError, Exception):
                 log.warning("name server unregistration did not finish")
         await asyncio.sleep(0)  # let queued responses (released pulls) reach the transports
-        await self.server.close()
+        for server in self.servers:
+            await server.close()
         if self.namesrv is not None:
             await self.namesrv.close()
         self._persist_all()
@@ -122,7 +150,8 @@ class Broker:
             await self.store.shutdown()
 
     def _persist_all(self) -> None:
-        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager):
+        for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,
+                        self.consumer_filter_manager):
             try:
                 manager.persist()
             except Exception:
@@ -140,24 +169,34 @@ class Broker:
                 log.warning("notifying %s of group %s change failed", getattr(channel, "remote_addr", channel), group)
 
     async def _client_housekeeping(self) -> None:
-        """Every 10 s: drop clients without heartbeat and close connections idle past the timeout."""
-        timeout_ms = self.config.channel_expired_timeout
+        """Periodically drop clients without a heartbeat (channelExpiredTimeout) and close connections
+        silent for serverChannelMaxIdleTimeSeconds. Runs every 10 s, or more often for short timeouts."""
+        cfg = self.config
+        heartbeat_timeout_ms = cfg.channel_expired_timeout
+        idle_timeout_s = float(cfg.server_channel_max_idle_time_seconds)
+        interval = min(CLIENT_HOUSEKEEPING_INTERVAL_S, idle_timeout_s / 4, heartbeat_timeout_ms / 4000)
         while True:
-            await asyncio.sleep(CLIENT_HOUSEKEEPING_INTERVAL_S)
+            await asyncio.sleep(max(0.05, interval))
             try:
-                expired = self.consumer_manager.scan_not_active(timeout_ms)
-                expired += self.producer_manager.scan_not_active(timeout_ms)
-                for client in expired:
-                    channel = client.channel
-                    if channel is not None and not getattr(channel, "closed", True):
-                        channel.close()
-                idle_limit = time.monotonic() - timeout_ms / 1000.0
-                for channel in list(self.server.channels):
-                    if channel.last_activity < idle_limit:
-                        log.info("closing idle connection %s", channel.remote_addr)
-                        channel.close()
+                self.expire_clients(heartbeat_timeout_ms, idle_timeout_s)
             except Exception:
                 log.exception("client housekeeping failed")
+
+    def expire_clients(self, heartbeat_timeout_ms: int, idle_timeout_s: float) -> None:
+        """One housekeeping pass (closing a channel triggers its close listeners: registrations go,
+        remaining group members get NOTIFY_CONSUMER_IDS_CHANGED)."""
+        expired = self.consumer_manager.scan_not_active(heartbeat_timeout_ms)
+        expired += self.producer_manager.scan_not_active(heartbeat_timeout_ms)
+        for client in expired:
+            channel = client.channel
+            if channel is not None and not getattr(channel, "closed", True):
+                channel.close()
+        idle_limit = time.monotonic() - idle_timeout_s
+        for server in self.servers:
+            for channel in list(server.channels):
+                if channel.last_activity < idle_limit:
+                    log.info("closing idle connection %s", channel.remote_addr)
+                    channel.close()
 
     async def _persist_offsets_periodically(self) -> None:
         interval = self.config.flush_consumer_offset_interval / 1000.0

@@ -131,7 +131,9 @@ class BrokerConfig:
     enable_embedded_namesrv: bool = True
     namesrv_listen_port: int = 9876
     register_name_server_period: int = 30_000
-    channel_expired_timeout: int = 120_000
+    channel_expired_timeout: int = 120_000  # ms without heartbeat before a client registration is dropped
+    server_channel_max_idle_time_seconds: int = 120  # connections silent this long are closed
+    enable_vip_channel: bool = True  # also listen on listenPort - 2 (old Java clients send there)
     # store
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
@@ -143,6 +145,9 @@ class BrokerConfig:
     delete_when: str = "04"
     file_reserved_time: int = 72
     disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85  # project key (a -D property in RocketMQ)
+    disk_space_warning_level_ratio: int = 90  # project key: refuse sends above this usage
+    clean_resource_interval: int = 10_000  # ms between retention runs
     max_message_size: int = 4 * 1024 * 1024
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
@@ -242,6 +247,9 @@ class BrokerConfig:
             "file_reserved_time_hours": self.file_reserved_time,
             "delete_when": self.delete_when,
             "disk_max_used_space_ratio": self.disk_max_used_space_ratio,
+            "disk_space_clean_forcibly_ratio": self.disk_space_clean_forcibly_ratio,
+            "disk_space_warning_level_ratio": self.disk_space_warning_level_ratio,
+            "clean_resource_interval_ms": self.clean_resource_interval,
             "max_message_size": self.max_message_size,
             "message_index_enable": self.message_index_enable,
             "max_hash_slot_num": self.max_hash_slot_num,
@@ -296,6 +304,8 @@ class BrokerConfig:
             "sync_flush_timeout",
             "register_name_server_period",
             "channel_expired_timeout",
+            "server_channel_max_idle_time_seconds",
+            "clean_resource_interval",
             "flush_consumer_offset_interval",
             "short_polling_time_mills",
         ):
@@ -309,6 +319,10 @@ class BrokerConfig:
                 f"expected a percentage between 10 and 95, got {self.disk_max_used_space_ratio}",
                 "diskMaxUsedSpaceRatio",
             )
+        for attr in ("disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
+            if not 1 <= getattr(self, attr) <= 100:
+                raise ConfigError(f"expected a percentage between 1 and 100, got {getattr(self, attr)}",
+                                  _ATTR_TO_KEY[attr])
         if not 0 <= self.broker_permission <= 15:
             raise ConfigError(f"expected permission bits 0..15, got {self.broker_permission}", "brokerPermission")
         for hour in self.delete_when.split(";"):

@@ -24,7 +24,7 @@ class HeldPull:
     """A suspended pull request and what is needed to re-run it."""
 
     __slots__ = ("channel", "request", "header", "topic", "queue_id", "queue_offset",
-                 "tag_filter", "timer", "context")
+                 "tag_filter", "record_check", "timer", "context")
 
     def __init__(self, channel: Any, request: Any, header: Any, topic: str, queue_id: int,
                  queue_offset: int, tag_filter: Callable[[int], bool] | None, context: Any = None) -> None:
@@ -35,6 +35,9 @@ class HeldPull:
         self.queue_id = queue_id
         self.queue_offset = queue_offset
         self.tag_filter = tag_filter  # None = matches every tag code
+        # SQL92 pulls: record_check(held, max_offset, count) reads the `count` messages that just
+        # arrived and says whether one matches, so a held pull wakes only for a matching message.
+        self.record_check: Callable[["HeldPull", int, int], bool] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.context = context
 
@@ -45,6 +48,20 @@ class HeldPull:
         if isinstance(tags_codes, int):
             return tag_filter(tags_codes)
         return any(tag_filter(code) for code in tags_codes)
+
+    def arrival_matches(self, max_offset: int, tags_codes: Iterable[int] | int | None) -> bool:
+        """Should the arrival of messages up to `max_offset` wake this pull?"""
+        if max_offset <= self.queue_offset or not self.matches_any(tags_codes):
+            return False
+        check = self.record_check
+        if check is None:
+            return True
+        count = 1 if tags_codes is None or isinstance(tags_codes, int) else len(list(tags_codes))
+        try:
+            return check(self, max_offset, count)
+        except Exception:
+            log.exception("checking an arrived message against a held pull's filter failed")
+            return True  # let the re-executed pull decide
 
 
 WakeCallback = Callable[[HeldPull, str], None]
@@ -81,7 +98,7 @@ class PullRequestHoldService:
         waiting = self._held.get((topic, queue_id))
         if not waiting:
             return
-        woken = [h for h in waiting if max_offset > h.queue_offset and h.matches_any(tags_codes)]
+        woken = [h for h in waiting if h.arrival_matches(max_offset, tags_codes)]
         if not woken:
             return
         remaining = [h for h in waiting if h not in woken] if len(woken) != len(waiting) else []

@@ -46,6 +46,9 @@ class BrokerProcess:
             "mappedFileSizeConsumeQueue": 20 * 20_000,
             "enableEmbeddedNamesrv": "true" if embedded_namesrv else "false",
             "flushConsumerOffsetInterval": 1000,
+            # small index files (4 MB instead of RocketMQ's 420 MB, pre-allocated per broker)
+            "maxHashSlotNum": 50_000,
+            "maxIndexNum": 200_000,
         }
         if self.namesrv_port:
             settings["namesrvListenPort"] = self.namesrv_port

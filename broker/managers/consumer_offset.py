@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, Callable
 
 from broker.managers.persistence import PersistentTable, as_int
 
@@ -80,14 +80,18 @@ class ConsumerOffsetManager(PersistentTable):
         self._changed(notify=False)
 
     def remove_group(self, group: str) -> None:
-        removed = [k for k in self.offset_table if k.rpartition(TOPIC_GROUP_SEPARATOR)[2] == group]
-        for key in removed:
-            del self.offset_table[key]
-        if removed:
-            self._changed(notify=False)
+        self._remove_keys(lambda topic, key_group: key_group == group)
 
     def remove_topic(self, topic: str) -> None:
-        removed = [k for k in self.offset_table if k.rpartition(TOPIC_GROUP_SEPARATOR)[0] == topic]
+        self._remove_keys(lambda key_topic, group: key_topic == topic)
+
+    def _remove_keys(self, doomed: Callable[[str, str], bool]) -> None:
+        """Drop every ``topic@group`` entry for which ``doomed(topic, group)`` holds."""
+        removed = []
+        for key in self.offset_table:
+            topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if doomed(topic, group):
+                removed.append(key)
         for key in removed:
             del self.offset_table[key]
         if removed:

@@ -9,6 +9,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.filter import (
+    EXPRESSION_SQL92,
+    EXPRESSION_TAG,
+    SelectorError,
+    UnsupportedExpressionType,
+    build_filter,
+    normalize_expression_type,
+)
 from broker.managers.consumer_manager import CLUSTERING, ClientInfo
 from protocol.bodies import CheckClientRequestBody, ConsumerListBody, HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
@@ -32,6 +40,7 @@ class ClientManageProcessor:
         self.groups = broker.subscription_group_manager
         self.consumers = broker.consumer_manager
         self.producers = broker.producer_manager
+        self.filters = broker.consumer_filter_manager
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -80,6 +89,10 @@ class ClientManageProcessor:
                 consumer.subscriptions, notify=group_config.notify_consumer_ids_changed_enable,
             )
             sub_changed = sub_changed or changed
+            for sub in consumer.subscriptions:
+                if normalize_expression_type(sub.expression_type) != EXPRESSION_TAG:
+                    # A selector that does not compile is kept with its error: pulls answer 23 with it.
+                    self.filters.register(group, sub.topic, sub.sub_string, sub.expression_type, sub.sub_version)
         for producer in data.producers:
             if producer.group_name:
                 self.producers.register(producer.group_name, ClientInfo(channel, data.client_id, language, cmd.version))
@@ -98,6 +111,8 @@ class ClientManageProcessor:
             group_config = self.groups.find(header.consumer_group)
             notify = group_config.notify_consumer_ids_changed_enable if group_config else True
             self.consumers.unregister(header.consumer_group, header.client_id, notify=notify)
+            if not self.consumers.client_ids(header.consumer_group):
+                self.filters.unregister(header.consumer_group)
         return cmd.make_response(ResponseCode.SUCCESS)
 
     # ---- GET_CONSUMER_LIST_BY_GROUP --------------------------------------------------------------
@@ -116,12 +131,18 @@ class ClientManageProcessor:
         except ValueError as exc:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed check-client body: {exc}")
         sub = body.subscription_data
-        expression_type = ((sub.expression_type if sub else None) or "TAG").upper()
-        if expression_type == "TAG":
+        expression_type = normalize_expression_type(sub.expression_type if sub else None)
+        if expression_type == EXPRESSION_TAG:
             return cmd.make_response(ResponseCode.SUCCESS)
+        if expression_type != EXPRESSION_SQL92:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                     f"unsupported expression type {expression_type!r} (TAG or SQL92)")
         if not self.config.enable_property_filter:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                      "The broker does not support consumer to filter message by "
-                                     f"{expression_type} (enablePropertyFilter=false)")
-        return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                 f"{expression_type} filtering not supported yet")
+                                     f"{expression_type} (set enablePropertyFilter=true in broker.conf)")
+        try:
+            build_filter(expression_type, sub.sub_string)
+        except (SelectorError, UnsupportedExpressionType) as exc:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        return cmd.make_response(ResponseCode.SUCCESS)

@@ -8,8 +8,18 @@ the original opaque.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from broker.filter import (
+    EXPRESSION_TAG,
+    MessageFilter,
+    SelectorError,
+    UnsupportedExpressionType,
+    build_filter,
+    is_retry_topic,
+    normalize_expression_type,
+    retry_filter,
+)
 from broker.long_polling import WAKE_SHUTDOWN, HeldPull, PullRequestHoldService
 from protocol.codes import (
     PERM_READ,
@@ -20,7 +30,6 @@ from protocol.codes import (
     ResponseCode,
 )
 from protocol.command import RemotingCommand
-from protocol.hashing import java_string_hash
 from protocol.headers import PullMessageRequestHeader
 
 if TYPE_CHECKING:
@@ -28,11 +37,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EXPRESSION_TAG = "TAG"
-EXPRESSION_SQL92 = "SQL92"
-SUB_ALL = "*"
-
-TagFilter = Callable[[int], bool]
+# Consume-queue units examined per filtered pull at most (the reference's 16000-byte scan); the
+# response's nextBeginOffset tells the client where to continue.
+MAX_FILTER_SCAN_UNITS = 800
+_FILTER_CACHE_LIMIT = 4096
+_CACHEABLE_EXPRESSION_CHARS = 4096
 
 # GetMessage status name -> (response code when request offset != 0, code when it is 0)
 _STATUS_CODES: dict[str, tuple[int, int]] = {
@@ -58,24 +67,6 @@ class SubscriptionError(Exception):
         self.remark = remark
 
 
-def parse_tag_expression(sub_string: str | None) -> frozenset[int] | None:
-    """Hash codes of the tags in ``"A || B"``; None means "match everything" (``*`` or empty).
-
-    Computed from the expression text on the broker: a client's codeSet is never trusted.
-    """
-    if sub_string is None:
-        return None
-    text = sub_string.strip()
-    if not text or text == SUB_ALL:
-        return None
-    codes = set()
-    for tag in text.split("||"):
-        tag = tag.strip()
-        if tag:
-            codes.add(java_string_hash(tag))
-    return frozenset(codes) if codes else None
-
-
 class PullProcessor:
     """Answers pulls; owns the long-polling service."""
 
@@ -88,7 +79,8 @@ class PullProcessor:
         self.consumers = broker.consumer_manager
         self.offsets = broker.consumer_offset_manager
         self.hold_service = PullRequestHoldService(self._wake)
-        self._filter_cache: dict[str, TagFilter | None] = {}
+        self.filters = broker.consumer_filter_manager
+        self._filter_cache: dict[tuple[str, str], MessageFilter | SubscriptionError | None] = {}
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -97,24 +89,28 @@ class PullProcessor:
         }
 
     # ---- filters ------------------------------------------------------------------------------
-    def tag_filter(self, sub_string: str | None) -> TagFilter | None:
-        """Cached filter callable for a TAG expression (None = match all)."""
-        key = sub_string or ""
-        try:
-            return self._filter_cache[key]
-        except KeyError:
-            pass
-        codes = parse_tag_expression(sub_string)
-        tag_filter = None if codes is None else codes.__contains__
-        if len(self._filter_cache) > 4096:
-            self._filter_cache.clear()
-        self._filter_cache[key] = tag_filter
-        return tag_filter
+    def message_filter(self, expression_type: str | None, sub_string: str | None) -> MessageFilter | None:
+        """Cached filter for a subscription (None = match all); SubscriptionError when unusable."""
+        kind = normalize_expression_type(expression_type)
+        key = (kind, sub_string or "")
+        cached = self._filter_cache.get(key, self)
+        if cached is self:
+            try:
+                cached = build_filter(kind, sub_string)
+            except (SelectorError, UnsupportedExpressionType) as exc:
+                cached = SubscriptionError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+            if len(key[1]) <= _CACHEABLE_EXPRESSION_CHARS:  # huge selectors: compile_selector's own cache
+                if len(self._filter_cache) >= _FILTER_CACHE_LIMIT:
+                    self._filter_cache.clear()
+                self._filter_cache[key] = cached
+        if isinstance(cached, SubscriptionError):
+            raise SubscriptionError(cached.code, cached.remark)
+        return cached
 
-    def _resolve_filter(self, header: PullMessageRequestHeader) -> TagFilter | None:
+    def _resolve_filter(self, header: PullMessageRequestHeader) -> MessageFilter | None:
         """Find the subscription (request flag or heartbeat registration) and build its filter."""
         if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
-            expression_type = (header.expression_type or EXPRESSION_TAG).strip().upper() or EXPRESSION_TAG
+            expression_type = normalize_expression_type(header.expression_type)
             sub_string = header.subscription
         else:
             group_info = self.consumers.get_group(header.consumer_group)
@@ -132,20 +128,53 @@ class PullProcessor:
                     ResponseCode.SUBSCRIPTION_NOT_LATEST,
                     f"the consumer's subscription not latest, group: {header.consumer_group}, "
                     f"topic: {header.topic}")
-            expression_type = (subscription.expression_type or EXPRESSION_TAG).upper()
+            expression_type = normalize_expression_type(subscription.expression_type)
             sub_string = subscription.sub_string
-        if expression_type == EXPRESSION_TAG:
-            return self.tag_filter(sub_string)
-        if expression_type == EXPRESSION_SQL92:
-            if not self.config.enable_property_filter:
-                raise SubscriptionError(
-                    ResponseCode.SYSTEM_ERROR,
-                    "The broker does not support consumer to filter message by SQL92 "
-                    "(set enablePropertyFilter=true in broker.conf)")
-            raise SubscriptionError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                    "SQL92 filtering not supported yet")
-        raise SubscriptionError(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                f"unsupported expression type {expression_type!r}")
+        if expression_type != EXPRESSION_TAG and not self.config.enable_property_filter:
+            raise SubscriptionError(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type} "
+                "(set enablePropertyFilter=true in broker.conf)")
+        message_filter = self.message_filter(expression_type, sub_string)
+        if message_filter is None and is_retry_topic(header.topic):
+            return self._retry_filter(header.consumer_group)
+        return message_filter
+
+    def _retry_filter(self, group: str) -> MessageFilter:
+        """`%RETRY%<group>`: each message is checked with the group's filter for its original topic."""
+
+        def lookup(real_topic: str) -> MessageFilter | None:
+            subscription = self.consumers.find_subscription(group, real_topic)
+            if subscription is not None:
+                expression_type, sub_string = subscription.expression_type, subscription.sub_string
+            else:
+                data = self.filters.get(real_topic, group)
+                if data is None or data.is_dead:
+                    return None
+                expression_type, sub_string = data.expression_type, data.expression
+            if normalize_expression_type(expression_type) != EXPRESSION_TAG and not self.config.enable_property_filter:
+                return None
+            try:
+                return self.message_filter(expression_type, sub_string)
+            except SubscriptionError:
+                return None  # a broken filter cannot have delivered the original: nothing to hold back
+
+        return retry_filter(lookup)
+
+    def _arrival_check(self, topic: str, queue_id: int, message_filter: MessageFilter):
+        """For held SQL pulls: does any of the `count` messages that just arrived match?"""
+        store = self.store
+
+        def check(held: HeldPull, max_offset: int, count: int) -> bool:
+            start = max(held.queue_offset, max_offset - count)
+            if start >= max_offset:
+                return False
+            found = store.get_messages(topic, queue_id, start, max_offset - start,
+                                       tag_filter=message_filter.tag_filter,
+                                       record_filter=message_filter.record_filter, max_scan=max_offset - start)
+            return found.message_count > 0
+
+        return check
 
     # ---- request handling ----------------------------------------------------------------------
     def pull_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -183,13 +212,19 @@ class PullProcessor:
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{topic_config.read_queue_nums}] consumer:[{getattr(channel, 'remote_addr', '?')}]")
         try:
-            tag_filter = self._resolve_filter(header)
+            message_filter = self._resolve_filter(header)
         except SubscriptionError as exc:
             return cmd.make_response(exc.code, exc.remark)
 
         offset = header.queue_offset
         max_nums = header.max_msg_nums if header.max_msg_nums and header.max_msg_nums > 0 else 32
-        result = self.store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter)
+        if message_filter is None:
+            result = self.store.get_messages(topic, queue_id, offset, max_nums)
+        else:
+            result = self.store.get_messages(topic, queue_id, offset, max_nums,
+                                             tag_filter=message_filter.tag_filter,
+                                             record_filter=message_filter.record_filter,
+                                             max_scan=MAX_FILTER_SCAN_UNITS)
         status = getattr(result.status, "name", None) or str(result.status)
         codes = _STATUS_CODES.get(status, (ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_ERROR))
         code = codes[1] if offset == 0 else codes[0]
@@ -202,7 +237,10 @@ class PullProcessor:
             timeout_ms = header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
             if timeout_ms is None or timeout_ms < 0:
                 timeout_ms = 0
-            held = HeldPull(channel, cmd, header, topic, queue_id, offset, tag_filter)
+            held = HeldPull(channel, cmd, header, topic, queue_id, offset,
+                            message_filter.tag_filter if message_filter is not None else None)
+            if message_filter is not None and message_filter.record_filter is not None:
+                held.record_check = self._arrival_check(topic, queue_id, message_filter)
             self.hold_service.suspend(held, timeout_ms / 1000.0)
             return None
 

@@ -82,6 +82,8 @@ class SendProcessor:
         self._max_body = cfg.max_message_size
         self._uniq = UniqKeyGenerator(cfg.broker_ip1 or "127.0.0.1")
         self._random = random.Random()
+        self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
+        self._sync_flush = bool(self.store.config.sync_flush)
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -112,12 +114,16 @@ class SendProcessor:
         if not self.config.broker_permission & PERM_WRITE:
             return None, self._error(cmd, ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.config.broker_ip1}] sending message is forbidden")
-        problem = validate_topic(topic)
-        if problem is not None:
-            return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, problem)
-        if self.topics.is_not_allowed_send_topic(topic):
-            return None, self._error(cmd, ResponseCode.NO_PERMISSION,
-                                     f"Sending message to topic[{topic}] is forbidden.")
+        if topic not in self._valid_topics:
+            problem = validate_topic(topic)
+            if problem is not None:
+                return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, problem)
+            if self.topics.is_not_allowed_send_topic(topic):
+                return None, self._error(cmd, ResponseCode.NO_PERMISSION,
+                                         f"Sending message to topic[{topic}] is forbidden.")
+            if len(self._valid_topics) > 100_000:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
         topic_config = self.topics.get(topic)
         if topic_config is None:
             topic_config = self.topics.create_topic_in_send_callback(
@@ -146,7 +152,7 @@ class SendProcessor:
 
     def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int, transaction_id: str | None,
                   batch: bool) -> RemotingCommand:
-        status = getattr(result.status, "name", str(result.status))
+        status = result.status.name
         code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in _SUCCESS_CODES:
             remark = result.remark or f"put message failed: {status}"
@@ -247,6 +253,8 @@ class SendProcessor:
             keys=props.get(PROP_KEYS),
             uniq_key=uniq_key,
         )
+        if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
+            return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)
 
     async def _put_one(self, cmd: RemotingCommand, message: MessageToStore, uniq_key: str) -> RemotingCommand:

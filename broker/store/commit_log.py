@@ -168,6 +168,32 @@ class CommitLog:
         cur.wrote_position = pos
         return phys_list
 
+    def append_one(self, m, props: bytes, size: int, topic_bytes: bytes, queue_id: int, queue_offset: int,
+                   store_timestamp: int) -> int:
+        """One IPv4/V1 record that the caller checked fits the current file; returns its physical offset."""
+        cur = self._cur
+        pos = cur.wrote_position
+        if pos + size > cur.warm_position:
+            cur.warm(pos + size + WARM_AHEAD)
+        mm = cur.mm
+        body = m.body
+        body_len = len(body)
+        phys = cur.file_from_offset + pos
+        FIXED_V4V4.pack_into(mm, pos, size, MAGIC_V1, zlib.crc32(body) & _MASK31, queue_id, m.flag, queue_offset,
+                             phys, m.sys_flag & _NOT_V6, m.born_timestamp, m.born_host, store_timestamp,
+                             self.store_host, m.reconsume_times, m.prepared_transaction_offset, body_len)
+        p = pos + 88
+        e = p + body_len
+        mm[p:e] = body
+        p = e + 1 + len(topic_bytes)
+        mm[e] = len(topic_bytes)
+        mm[e + 1:p] = topic_bytes
+        end = pos + size
+        _SHORT.pack_into(mm, p, len(props))
+        mm[p + 2:end] = props
+        cur.wrote_position = end
+        return phys
+
     def _append_rolling(self, msgs, props_list, sizes, topic_bytes, queue_id, first_queue_offset,
                         queue_offset_step, store_timestamp, fast) -> list[int]:
         """General path: per-record space check with BLANK marker + roll, any host/topic layout."""

@@ -16,7 +16,7 @@ import time
 
 from protocol.hashing import index_key_hash, java_string_hash
 
-from .mapped_file import _allocate
+from .mapped_file import _allocate, fdatasync_path
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,33 @@ class IndexFile:
             self.write_header()
         return i
 
+    def put_one(self, key_hash: int, phys: int, store_timestamp: int) -> None:
+        """put_many for one entry (the caller checked the file is not full)."""
+        mm = self.mm
+        count = self.index_count
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            time_diff = (store_timestamp - self.begin_timestamp) // 1000
+            if time_diff < 0:
+                time_diff = 0
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+        slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * 4
+        prev = SLOT.unpack_from(mm, slot_pos)[0]
+        if prev <= 0 or prev > count:
+            prev = 0
+            self.hash_slot_count += 1
+        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, key_hash, phys, time_diff, prev)
+        SLOT.pack_into(mm, slot_pos, count)
+        if count <= 1:
+            self.begin_phy_offset = phys
+            self.begin_timestamp = store_timestamp
+        self.index_count = count + 1
+        self.end_phy_offset = phys
+        self.end_timestamp = store_timestamp
+        self.write_header()
+
     def time_matched(self, begin: int, end: int) -> bool:
         return begin <= self.end_timestamp and end >= self.begin_timestamp
 
@@ -214,14 +241,7 @@ class IndexFile:
             nxt = prev
 
     def sync_to_disk(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDWR)
-        except FileNotFoundError:
-            return
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fdatasync_path(self.path)
 
     def close(self) -> None:
         try:
@@ -288,6 +308,12 @@ class IndexService:
             if f is None or f.is_full:
                 f = self._new_file()
             done = f.put_many(hashes, phys, store_timestamp, done)
+
+    def put_one(self, key_hash: int, phys: int, store_timestamp: int) -> None:
+        f = self.files[-1] if self.files else None
+        if f is None or f.is_full:
+            f = self._new_file()
+        f.put_one(key_hash, phys, store_timestamp)
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets of records indexed under ``topic#key`` within [begin, end] (ms)."""

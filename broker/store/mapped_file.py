@@ -54,6 +54,18 @@ def _allocate(path: str, size: int) -> None:
     os.close(fd)
 
 
+def fdatasync_path(path: str) -> None:
+    """fdatasync ``path`` through a short-lived descriptor (blocking); a vanished file is ignored."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 class MappedFile:
     """One fixed-size file mapped read/write.
 
@@ -129,16 +141,8 @@ class MappedFile:
 
     def sync_to_disk(self) -> None:
         """fdatasync the file (blocking; run it in an executor)."""
-        if self._closed:
-            return
-        try:
-            fd = os.open(self.path, os.O_RDWR)
-        except FileNotFoundError:
-            return
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        if not self._closed:
+            fdatasync_path(self.path)
 
     def mtime(self) -> float:
         try:

@@ -38,6 +38,7 @@ _MAX_TOPIC = 32767
 _TRAN_MASK = 0xC
 _NO_CQ_TYPES = (0x4, 0xC)  # prepared / rollback: not dispatched to a ConsumeQueue
 _ROLLBACK = 0xC
+_NO_QUEUES: dict = {}
 _PULL_HARD_CAP = 128 * 1024 * 1024
 
 
@@ -352,8 +353,58 @@ class MessageStore:
             await self._await_sync_flush(result)
         return result
 
+    def _append_one(self, m: MessageToStore) -> PutResult:
+        """Single-message fast path: the same bytes and effects as _append([m]) without the per-batch lists.
+
+        Taken when nothing unusual applies (IPv4 hosts, topic <= 127 bytes already seen, normal transaction type,
+        UNIQ_KEY and no KEYS, room in the current commit-log and consume-queue files); otherwise _append."""
+        topic = m.topic
+        topic_bytes = self._topic_bytes.get(topic)
+        cl = self.commit_log
+        cur = cl._cur
+        cq = self.consume_queues.get(topic, _NO_QUEUES).get(m.queue_id)
+        if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or m.sys_flag & _TRAN_MASK
+                or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
+                or m.keys or not m.uniq_key or cur is None or topic == recovery.SCHEDULE_TOPIC
+                or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq.file_size):
+            return self._append([m])
+        props = m.properties.encode("utf-8")
+        body = m.body
+        size = 91 + len(topic_bytes) + len(body) + len(props)
+        if (len(props) > _MAX_PROPERTIES or len(body) > self.config.max_message_size
+                or cur.wrote_position + size + 8 > cl.file_size):
+            return self._append([m])
+        now = time.time_ns() // 1_000_000 if self._clock_ms is None else self._clock_ms()
+        if now >= self._disk_check_at or self._disk_refuse_remark is not None:
+            refusal = self._disk_refusal(now)
+            if refusal is not None:
+                return self._fail(PutStatus.DISK_FULL, refusal)
+        queue_id = m.queue_id
+        qoff = cq.max_offset
+        phys = cl.append_one(m, props, size, topic_bytes, queue_id, qoff, now)
+        self.last_store_timestamp = now
+        tags = m.tags_code
+        cq.append(phys, size, tags)
+        index = self.index
+        if index is not None:
+            try:
+                index.put_one(index.hasher.hash_many(topic, (m.uniq_key,))[0], phys, now)
+            except OSError as exc:
+                log.error("index file creation failed: %s (messages stay pullable)", exc)
+        stats = self.stats
+        stats["put_messages"] += 1
+        stats["put_bytes"] += size
+        if self._listeners:
+            max_after = cq.max_offset
+            for cb in self._listeners:
+                try:
+                    cb(topic, queue_id, max_after, tags)
+                except Exception:  # noqa: BLE001 - a listener must not fail the put
+                    log.exception("message arrival listener failed")
+        return PutResult(PutStatus.PUT_OK, phys, qoff, 1, size, now, None, [phys], self.config.store_host)
+
     async def put_message(self, msg: MessageToStore) -> PutResult:
-        result = self._append([msg])
+        result = self._append_one(msg)
         if result.status is PutStatus.PUT_OK and self.config.sync_flush:
             await self._await_sync_flush(result)
         return result

@@ -143,3 +143,14 @@ def props(**kv: str) -> str:
 
 def records(body: bytes) -> list[MessageRecord]:
     return list(iter_records(body))
+
+
+async def wait_until(predicate, what: str, timeout: float = 10.0, interval: float = 0.05):
+    """Await ``predicate()`` until it returns something truthy (returned); fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await predicate()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(interval)
