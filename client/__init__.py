@@ -1,6 +1,6 @@
-"""asyncio RocketMQ client (remoting protocol): producer and pull consumer.
+"""asyncio RocketMQ client (remoting protocol): producer, push consumer and pull consumer.
 
-    from client import Producer, PullConsumer, Message, MessageSelector, ConsumeResult
+    from client import Producer, PushConsumer, PullConsumer, Message, MessageSelector, ConsumeResult
 """
 
 from client.errors import (
@@ -25,10 +25,12 @@ from client.message import (
 )
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
+from client.push_consumer import PushConsumer
 
 __all__ = [
     "Producer",
     "PullConsumer",
+    "PushConsumer",
     "Message",
     "MessageExt",
     "MessageQueue",

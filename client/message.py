@@ -7,9 +7,11 @@ the producer / consumer modules.
 from __future__ import annotations
 
 import enum
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from client.errors import MessageValidationError, MQClientError
 from protocol.hashing import java_string_hash
 
 __all__ = [
@@ -68,8 +70,6 @@ def validate_property_text(name: str, value: str) -> None:
     """Property names/values must not contain the \\x01/\\x02 separators (they would corrupt the encoding)."""
     for sep in _SEPARATORS:
         if sep in name or sep in value:
-            from client.errors import MessageValidationError
-
             raise MessageValidationError(f"property {name!r} contains a reserved separator character (\\x01/\\x02)")
 
 
@@ -242,27 +242,19 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
     """Undo producer compression (sysflag bit 0; algorithm in bits 8-10: 0/3 zlib, 1 lz4, 2 zstd)."""
     kind = (sys_flag >> 8) & 0x7
     if kind in (0, 3):
-        import zlib
-
         return zlib.decompress(body)
     if kind == 1:
         try:
             import lz4.frame  # type: ignore[import-not-found]
         except ImportError:
-            from client.errors import MQClientError
-
             raise MQClientError("message body is LZ4-compressed but the 'lz4' package is not installed") from None
         return lz4.frame.decompress(body)
     if kind == 2:
         try:
             import zstandard  # type: ignore[import-not-found]
         except ImportError:
-            from client.errors import MQClientError
-
             raise MQClientError("message body is zstd-compressed but the 'zstandard' package is not installed") from None
         return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    from client.errors import MQClientError
-
     raise MQClientError(f"message body uses unknown compression type {kind}")
 
 

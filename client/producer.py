@@ -40,6 +40,7 @@ RETRYABLE_SEND_CODES = frozenset({1, 2, 14, 16, 17, 204, 205, 215, 1500})
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _MAX_TOPIC_LEN = 127
 _SEND_CODE = int(RequestCode.SEND_MESSAGE_V2)
+_monotonic = time.monotonic
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
@@ -154,6 +155,7 @@ class Producer:
         prepared = self._prepare(msg, delay_level)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is None and selector is None:
+            started = _monotonic()
             # Fast path, all in this one coroutine frame: routed topic, open connection, first attempt succeeds.
             info = self._publish.get(prepared.topic)
             if info is not None and info.queues:
@@ -170,14 +172,20 @@ class Producer:
                     except RemotingError as exc:
                         if isinstance(exc, RemotingTimeoutError):
                             raise
-                        return await self._send_with_retries(prepared, timeout, mq.broker_name, exc)
+                        return await self._send_with_retries(
+                            prepared, timeout - (_monotonic() - started), mq.broker_name, exc
+                        )
                     status = SEND_STATUS_BY_CODE.get(reply.code)
                     if status is not None:
                         return self._result(status, reply, mq, prepared)
                     error = MQBrokerError(reply.code, reply.remark, addr)
                     if reply.code not in RETRYABLE_SEND_CODES or not self.retry_times_when_send_failed:
                         raise error
-                    return await self._send_with_retries(prepared, timeout, mq.broker_name, error)
+                    return await self._send_with_retries(
+                        prepared, timeout - (_monotonic() - started), mq.broker_name, error
+                    )
+                # No open connection yet: the slow path opens one, starting with the queue already chosen.
+                return await self._send_with_retries(prepared, timeout, first_queue=mq)
             return await self._send_with_retries(prepared, timeout)
         mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
         return await self._send_to_queue(mq, prepared, timeout)
@@ -308,7 +316,9 @@ class Producer:
         topic = msg.topic
         if topic not in self._valid_topics:
             self._check_topic(topic)
-        body = self._check_body(msg.body)
+        body = msg.body
+        if type(body) is not bytes or not 0 < len(body) <= self.max_message_size:
+            body = self._check_body(body)
         level = msg.delay_level if delay_level is None else delay_level
         if level and (not isinstance(level, int) or level < 0):
             raise MessageValidationError(f"delay_level must be a non-negative int, got {level!r}")
@@ -445,6 +455,7 @@ class Producer:
         timeout: float,
         failed_broker: str | None = None,
         last_error: Exception | None = None,
+        first_queue: MessageQueue | None = None,
     ) -> SendResult:
         """Attempts on successive queues (avoiding the broker that just failed) within one overall deadline.
 
@@ -461,7 +472,10 @@ class Producer:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            mq = info.select(failed_broker)
+            if first_queue is not None:
+                mq, first_queue = first_queue, None
+            else:
+                mq = info.select(failed_broker)
             try:
                 return await self._send_to_queue(mq, prepared, remaining)
             except MQBrokerError as exc:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
-from protocol.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import RemotingCommand, encode_command
 from protocol.frame import FrameDecoder
 
@@ -120,8 +120,12 @@ class Connection(asyncio.Protocol):
     def _write(self, frame: bytes) -> None:
         out = self._out
         out.append(frame)
-        if len(out) == 1:
+        n = len(out)
+        if n == 1:
             self.loop.call_soon(self._flush)
+        elif n >= self.owner.write_batch_frames:
+            # Hand a chunk to the peer now, so it works while we keep encoding (overlap instead of lock-step).
+            self._flush()
 
     def _flush(self) -> None:
         out = self._out
@@ -252,6 +256,7 @@ class RemotingClient:
         allow_msgpack: bool = True,
         connect_timeout: float = 3.0,
         max_frame_size: int = _MAX_FRAME,
+        write_batch_frames: int = 1 << 30,
     ) -> None:
         self.request_handler = request_handler
         self.heartbeat_body = heartbeat_body
@@ -260,6 +265,9 @@ class RemotingClient:
         self.max_frame_size = max_frame_size
         # Request codes the handler may leave unanswered without a "not supported" reply.
         self.silent_codes: set[int] = set()
+        # Flush early once this many frames are queued (default: one write per loop iteration; measured faster
+        # than chunking for 1,000-deep pipelines, where chunking only adds wake-ups on both sides).
+        self.write_batch_frames = write_batch_frames
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future] = {}
         self._opaque = itertools.count(1)
@@ -296,7 +304,9 @@ class RemotingClient:
             except BaseException as exc:
                 self._connecting.pop(addr, None)
                 if not waiting.done():
-                    waiting.set_exception(exc if isinstance(exc, Exception) else RemotingError(str(exc)))
+                    if not isinstance(exc, Exception):
+                        exc = RemotingConnectError(f"connection attempt to {addr} was cancelled")
+                    waiting.set_exception(exc)
                     waiting.exception()  # mark retrieved
                 raise
             self._connecting.pop(addr, None)
@@ -377,5 +387,3 @@ class RemotingClient:
             task.cancel()
         await asyncio.sleep(0)
 
-
-PYTHON_LANGUAGE = LanguageCode.PYTHON.name

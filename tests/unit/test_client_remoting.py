@@ -371,3 +371,100 @@ async def test_send_before_start_is_an_error():
     producer = Producer("pg", "127.0.0.1:1")
     with pytest.raises(Exception, match="not started"):
         await producer.send(Message("T", b"x"))
+
+
+# ----------------------------------------------------------------------------------------------- pull consumer wire
+async def test_pull_consumer_request_fields_and_status_mapping(peers):
+    from client import PullConsumer, PullStatus
+
+    def broker(peer, writer, cmd):
+        if cmd.code == 11:
+            if cmd.ext_fields["topic"] == "Denied":
+                return cmd.make_response(24, remark="subscription not exist")
+            ext = {"nextBeginOffset": "5", "minOffset": "0", "maxOffset": "5", "suggestWhichBrokerId": "0"}
+            return cmd.make_response(19, remark="OFFSET_OVERFLOW_ONE", ext_fields=ext)
+        if cmd.code == 14:
+            return cmd.make_response(22, remark="not found")
+        if cmd.code == 15:
+            return cmd.make_response(0)
+        return cmd.make_response(0)
+
+    b = await peers(broker)
+    ns = await name_server(peers, {"T": route_body([("a", b.addr)], queues=2),
+                                   "Denied": route_body([("a", b.addr)])})
+    async with PullConsumer("cg", ns.addr) as consumer:
+        [q0, q1] = await consumer.fetch_message_queues("T")
+        r = await consumer.pull(q1, "TagA || TagB", offset=5, max_nums=16)
+        assert r.status is PullStatus.NO_NEW_MSG and r.next_offset == 5 and r.max_offset == 5 and r.messages == []
+        await consumer.pull(q1, "*", offset=5, block=True, suspend_timeout=2.0)
+        assert await consumer.fetch_consume_offset(q0) == -1
+        await consumer.update_offset(q0, 3)
+        [dq] = await consumer.fetch_message_queues("Denied")
+        with pytest.raises(MQBrokerError) as info:
+            await consumer.pull(dq, "*", 0)
+        assert info.value.code == 24
+    pulls = [c for c in b.received if c.code == 11]
+    first, blocking = pulls[0].ext_fields, pulls[1].ext_fields
+    assert (first["consumerGroup"], first["topic"], first["queueId"], first["queueOffset"]) == ("cg", "T", "1", "5")
+    assert first["maxMsgNums"] == "16" and first["subscription"] == "TagA || TagB" and first["expressionType"] == "TAG"
+    assert int(first["sysFlag"]) == 4  # subscription flag only
+    assert int(blocking["sysFlag"]) == 6 and blocking["suspendTimeoutMillis"] == "2000"  # + suspend
+    [upd] = [c for c in b.received if c.code == 15]
+    assert upd.ext_fields["commitOffset"] == "3" and upd.flag == 0
+
+
+async def test_selector_send_is_a_single_attempt_on_the_chosen_queue(peers):
+    from client import MessageQueue
+
+    def handler(cmd):
+        return 2 if SendMessageRequestHeader.decode_v2(cmd.ext_fields).queue_id == 1 else 0
+
+    b = await peers(broker_handler(handler))
+    ns = await name_server(peers, {"T": route_body([("a", b.addr)], queues=4)})
+    seen = []
+
+    def by_order_id(queues, msg, order_id):
+        seen.append((len(queues), msg.tags, order_id))
+        return queues[order_id % len(queues)]
+
+    async with Producer("pg", ns.addr) as producer:
+        r = await producer.send(Message("T", b"x", tags="o"), selector=by_order_id, arg=6)
+        assert r.queue_id == 0 and seen == [(4, "o", 6)]  # the fake answers queueId 0 whatever was asked
+        with pytest.raises(MQBrokerError) as info:
+            await producer.send(Message("T", b"y"), selector=by_order_id, arg=5)
+        assert info.value.code == 2
+        with pytest.raises(MQBrokerError):
+            await producer.send(Message("T", b"z"), queue=MessageQueue("T", "a", 1))
+    asked = [SendMessageRequestHeader.decode_v2(c.ext_fields).queue_id for c in b.received if c.code == 310]
+    assert asked == [2, 1, 1]  # no retry on another queue for ordered sends
+
+
+async def test_notify_consumer_ids_changed_triggers_rebalance(peers):
+    from client import ConsumeResult, PushConsumer
+
+    def broker(peer, writer, cmd):
+        if cmd.code == 38:
+            return cmd.make_response(1, remark="no consumer for this group")
+        if cmd.code == 34:
+            # tell the client its group changed (one-way, like the broker does on registration)
+            writer.write(encode_command(RemotingCommand(code=40, opaque=7000, flag=2,
+                                                        ext_fields={"consumerGroup": "cg"})))
+        return cmd.make_response(0)
+
+    b = await peers(broker)
+    ns = await name_server(peers, {"T": route_body([("a", b.addr)])})
+    consumer = PushConsumer("cg", ns.addr, rebalance_interval=60)
+    consumer.subscribe("T", "*")
+    consumer.register_listener(lambda msgs: ConsumeResult.SUCCESS)
+    await consumer.start()
+    try:
+        before = len([c for c in b.received if c.code == 38])
+        for _ in range(100):
+            if len([c for c in b.received if c.code == 38]) > before:
+                break
+            await asyncio.sleep(0.02)
+        assert len([c for c in b.received if c.code == 38]) > before  # rebalanced again long before 60 s
+        assert consumer.assigned_queues() == []  # the broker lists no consumers: take nothing
+    finally:
+        await consumer.shutdown()
+    assert [c for c in b.received if c.code == 35][0].ext_fields["consumerGroup"] == "cg"
