@@ -19,10 +19,12 @@ from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
 from broker.managers.producer_manager import ProducerManager
+from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
 from broker.processors import build_dispatch_table, build_processors
 from broker.remoting_server import RemotingServer
+from broker.schedule.service import ScheduleMessageService
 from broker.store.message_store import MessageStore
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
@@ -39,7 +41,10 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.store_host: bytes = pack_host(config.broker_ip1 or "127.0.0.1", config.listen_port)
-        self.store = MessageStore(config.to_store_config())
+        store_config = config.to_store_config()
+        # The broker's parser also accepts "ms" levels (e.g. "100ms" in tests); hand the store its result.
+        store_config.delay_levels_ms = config.delay_levels_ms
+        self.store = MessageStore(store_config)
         config_dir = config.config_dir
         self.topic_config_manager = TopicConfigManager(config, config_dir)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
@@ -47,6 +52,8 @@ class Broker:
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
+        self.rebalance_lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
+        self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
@@ -89,6 +96,9 @@ class Broker:
         self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
         await self.store.start()
         self._started = True
+        if cfg.is_master:
+            self.schedule_service.load()
+            await self.schedule_service.start()
 
         from broker.namesrv.registrar import BrokerRegistrar
 
@@ -135,6 +145,10 @@ class Broker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self.schedule_service.stop()
+        except Exception:
+            log.exception("stopping the schedule service failed")
         if self.registrar is not None:
             try:
                 await asyncio.wait_for(self.registrar.close(), 3.0)

@@ -167,6 +167,7 @@ class BrokerConfig:
     trace_on: bool = True
     trace_topic_enable: bool = False
     flush_consumer_offset_interval: int = 5000
+    rebalance_lock_max_live_time: int = 60_000  # project key (a -D property in RocketMQ): queue lock lifetime, ms
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15

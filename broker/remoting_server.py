@@ -2,7 +2,8 @@
 
 One `asyncio.Protocol` per connection (no streams: fewer copies and no per-frame task).
 Requests are dispatched from one table ``{code: handler}``. A handler is called as
-``handler(channel, cmd)`` and returns a response, ``None`` (no answer) or an awaitable.
+``handler(channel, cmd)`` and returns a response, ``None`` (no answer) or an awaitable. A response
+may also be a pre-encoded frame (``bytes``, e.g. from ``ResponseTemplate``) that is written as is.
 Coroutines are started eagerly: when they finish without suspending (the common case for
 an ASYNC_FLUSH send or a pull) no task is created and the response joins the batch of
 responses written for the current read.
@@ -29,7 +30,7 @@ except Exception:  # pragma: no cover - only while protocol/headers.py is missin
 
 log = logging.getLogger(__name__)
 
-HandlerResult = Union[RemotingCommand, None, Awaitable[Optional[RemotingCommand]]]
+HandlerResult = Union[RemotingCommand, bytes, None, Awaitable[Union[RemotingCommand, bytes, None]]]
 Handler = Callable[["Channel", RemotingCommand], HandlerResult]
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -155,9 +156,12 @@ class Channel:
         else:
             self.write_frame(encode_command(cmd))
 
-    def send_response(self, response: RemotingCommand) -> None:
-        """Write a response (used by deferred answers such as long-polled pulls)."""
-        self.write_command(response)
+    def send_response(self, response: RemotingCommand | bytes) -> None:
+        """Write a response (used by deferred answers such as long-polled pulls); bytes are a whole frame."""
+        if type(response) is bytes:
+            self.write_frame(response)
+        else:
+            self.write_command(response)
 
     def send_oneway(self, cmd: RemotingCommand) -> bool:
         """Send a one-way broker->client request; returns False on a closed channel."""
@@ -326,6 +330,10 @@ class RemotingServer:
             return
         try:
             result = handler(channel, cmd)
+            if type(result) is bytes:  # a pre-encoded response frame
+                if not cmd.flag & 2:
+                    channel.write_frame(result)
+                return
             if result is not None and not isinstance(result, RemotingCommand):
                 result = self._run_awaitable(channel, cmd, result)
                 if result is None:
@@ -333,7 +341,7 @@ class RemotingServer:
         except Exception as exc:
             result = self._error_response(cmd, exc)
         if result is not None and not cmd.flag & 2:
-            channel.write_command(result)
+            channel.send_response(result)
 
     def _run_awaitable(self, channel: Channel, cmd: RemotingCommand, awaitable: Any) -> RemotingCommand | None:
         """Drive a coroutine eagerly; return its result or None when it continues in a task."""

@@ -134,6 +134,8 @@ class RequestCode(enum.IntEnum):
     LITE_PULL_MESSAGE = 361
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
+    # Project extensions (no RocketMQ equivalent): 9000+
+    RESEND_DLQ_MESSAGE = 9001  # re-send a %DLQ%<group> record to its original topic (ResendDlqMessageRequestHeader)
 
 
 class ResponseCode(enum.IntEnum):

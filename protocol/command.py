@@ -25,6 +25,7 @@ __all__ = [
     "RemotingCommand",
     "encode_command",
     "encode_head",
+    "ResponseTemplate",
     "encode_header",
     "decode_command",
     "decode_header",
@@ -265,6 +266,83 @@ def encode_command(cmd: RemotingCommand) -> bytes:
     if body:
         return b"".join((prefix, header, body))
     return prefix + header
+
+
+class ResponseTemplate:
+    """Pre-encoded frames for responses that differ only in the opaque and some extField values.
+
+    Hot paths (a send's answer) answer thousands of requests a second with the same code, the same fixed extFields
+    and a few variable ones. The header is encoded once, cut around the variable parts, and each answer is a splice.
+    The bytes equal ``encode_command(request.make_response(code, None, ext))`` for the same extFields in the same
+    order (JSON and MSGPACK; other types fall back to that call). Variable values must be str.
+    """
+
+    __slots__ = ("serialize_type", "code", "_fixed", "encode")
+
+    def __init__(self, serialize_type: int, code: int, ext_items: list[tuple[str, str | None]]) -> None:
+        """``ext_items``: (key, value) in wire order; a None value marks a variable filled in by ``encode``.
+
+        ``encode(opaque, *variable_values) -> bytes`` returns the whole frame (length prefix included)."""
+        self.serialize_type = serialize_type
+        self.code = code
+        self._fixed = ext_items
+        pieces = self._cut(serialize_type, code, ext_items)
+        self.encode = self._general_encode if pieces is None else self._splicer(serialize_type, pieces)
+
+    @staticmethod
+    def _cut(serialize_type: int, code: int, ext_items: list[tuple[str, str | None]]) -> list[bytes] | None:
+        """The header bytes around the variable values and the opaque, or None if it cannot be cut safely."""
+        marker = "\x00\x7fVAR\x7f\x00"
+        probe = RemotingCommand(code, -1, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, None,
+                                {key: marker if value is None else value for key, value in ext_items},
+                                b"", serialize_type)
+        if serialize_type == JSON:
+            header = _encode_json_header(probe)
+            quoted = _json_str(marker).encode()
+            opaque_key, opaque_probe = b'"opaque":', b"-1,"
+        elif serialize_type == MSGPACK:
+            header = _encode_msgpack_header(probe)
+            quoted = _packer.pack(marker)
+            opaque_key, opaque_probe = _packer.pack("opaque"), _packer.pack(-1)
+        else:
+            return None
+        pieces = header.split(quoted)
+        last = pieces[-1]
+        variables = sum(1 for _key, value in ext_items if value is None)
+        if len(pieces) != variables + 1 or last.count(opaque_key + opaque_probe) != 1:
+            return None  # a fixed value collides with the markers: use the general encoder
+        before, after = last.split(opaque_key + opaque_probe)
+        if serialize_type == JSON:
+            after = b"," + after  # the probe's "-1," lost its comma
+        return pieces[:-1] + [before + opaque_key, after]
+
+    @staticmethod
+    def _splicer(serialize_type: int, pieces: list[bytes]):
+        """A generated function joining the pieces with the encoded values (no loop per answer)."""
+        count = len(pieces) - 2
+        args = "".join(f", v{i}" for i in range(count))
+        if serialize_type == JSON:
+            value = "_json_str(v{}).encode('utf-8', 'replace')"
+            opaque = "b'%d' % opaque"
+        else:
+            value = "_pack(v{})"
+            opaque = "_pack(opaque)"
+        parts = "".join(f"p{i}, {value.format(i)}, " for i in range(count))
+        src = (f"def encode(opaque{args}):\n"
+               f"    header = b''.join(({parts}p{count}, {opaque}, p{count + 1}))\n"
+               f"    return _pack_prefix(4 + len(header), {serialize_type << 24} | len(header)) + header\n")
+        namespace = {f"p{i}": piece for i, piece in enumerate(pieces)}
+        namespace.update(_json_str=_json_str, _pack=_packer.pack, _pack_prefix=_PREFIX.pack)
+        exec(src, namespace)  # noqa: S102 - generated from fixed text and the template's own pieces
+        return namespace["encode"]
+
+    def _general_encode(self, opaque: int, *values: str) -> bytes:
+        ext = {}
+        variables = iter(values)
+        for key, value in self._fixed:
+            ext[key] = next(variables) if value is None else value
+        return encode_command(RemotingCommand(self.code, opaque, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, None,
+                                              ext, b"", self.serialize_type))
 
 
 # ----------------------------------------------------------------------------------------------

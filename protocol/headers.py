@@ -523,4 +523,17 @@ class GetConsumeStatsRequestHeader(Header):
     topic = F("topic", str)
 
 
+
+class ResendDlqMessageRequestHeader(Header):
+    """Project extension RESEND_DLQ_MESSAGE (9001): re-send one dead message of ``%DLQ%<group>``.
+
+    The message is named by ``offset`` (commit-log offset) or ``msgId`` (offset message id or UNIQ_KEY);
+    ``topic`` overrides the target (default: the record's RETRY_TOPIC), ``queueId`` < 0 picks one."""
+
+    group = F("group", str, required=True)
+    offset = F("offset", int)
+    msg_id = F("msgId", str)
+    topic = F("topic", str)
+    queue_id = F("queueId", int, default=-1)
+
 __all__ += [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, Header) and obj is not Header]

@@ -13,6 +13,7 @@ __all__ = [
     "pack_host",
     "unpack_host",
     "offset_msg_id",
+    "offset_msg_ids",
     "decode_offset_msg_id",
     "UniqKeyGenerator",
 ]
@@ -54,6 +55,13 @@ def unpack_host(buf, pos: int, ipv6: bool) -> tuple[str, int]:
 def offset_msg_id(store_host_packed: bytes, physical_offset: int) -> str:
     """Broker message id: uppercase hex of packed store host + int64 commit-log offset (32 or 56 chars)."""
     return (store_host_packed + _OFFSET.pack(physical_offset)).hex().upper()
+
+
+def offset_msg_ids(store_host_packed: bytes, physical_offsets: list[int]) -> list[str]:
+    """offset_msg_id for many offsets of one store host (a batch's response): the host part is formatted once."""
+    prefix = store_host_packed.hex().upper()
+    return [f"{prefix}{offset:016X}" if offset >= 0 else offset_msg_id(store_host_packed, offset)
+            for offset in physical_offsets]
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

@@ -27,6 +27,7 @@ __all__ = [
     "BORNHOST_V6_FLAG", "STOREHOST_V6_FLAG", "NEED_UNWRAP_FLAG", "INNER_BATCH_FLAG", "COMPRESSION_TYPE_MASK",
     "RecordError", "MessageRecord", "BatchEntry", "body_crc", "record_size", "pack_record_into", "encode_record",
     "decode_record", "iter_records", "check_record", "encode_batch_body", "decode_batch_body",
+    "iter_batch_entries",
     "BLANK_MARKER_SIZE", "pack_blank_marker_into", "MIN_RECORD_SIZE",
 ]
 
@@ -448,35 +449,40 @@ def encode_batch_body(entries: Iterable[BatchEntry]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch_body(body: bytes) -> list[BatchEntry]:
-    """Broker-side batch decoding; RecordError naming the entry and field if anything is inconsistent."""
+def iter_batch_entries(body: bytes) -> Iterator[tuple[int, bytes, bytes]]:
+    """(FLAG, BODY, raw PROPERTIES bytes) of each batch entry, for the broker's send path: nothing is decoded to
+    text, so the caller can keep well-formed properties as bytes. RecordError names the entry and field at fault."""
     if isinstance(body, memoryview):
         body = body.tobytes()
-    entries: list[BatchEntry] = []
     pos = 0
+    index = 0
     size = len(body)
     unpack_head = _BATCH_HEAD.unpack_from
     unpack_short = _SHORT.unpack_from
+    head_size = _BATCH_HEAD.size
     while pos < size:
-        index = len(entries)
         if size - pos < _BATCH_OVERHEAD:
             raise RecordError(f"batch entry {index} at byte {pos}: truncated header ({size - pos} bytes left)")
         total, _magic, _crc, flag, body_len = unpack_head(body, pos)
+        end = pos + total
         if total < _BATCH_OVERHEAD or total > size - pos:
             raise RecordError(f"batch entry {index} at byte {pos}: bad TOTALSIZE {total} ({size - pos} bytes left)")
-        p = pos + _BATCH_HEAD.size
-        if body_len < 0 or p + body_len + 2 > pos + total:
+        p = pos + head_size
+        body_end = p + body_len
+        if body_len < 0 or body_end + 2 > end:
             raise RecordError(f"batch entry {index} at byte {pos}: bad BODYLEN {body_len} for TOTALSIZE {total}")
-        entry_body = body[p : p + body_len]
-        p += body_len
-        props_len = unpack_short(body, p)[0]
-        p += 2
-        if props_len < 0 or p + props_len != pos + total:
+        props_len = unpack_short(body, body_end)[0]
+        if props_len < 0 or body_end + 2 + props_len != end:
             raise RecordError(
                 f"batch entry {index} at byte {pos}: PROPLEN {props_len} disagrees with TOTALSIZE {total}"
             )
-        # Invalid UTF-8 is replaced, not rejected, as Java's new String(bytes, UTF_8) does.
-        props = body[p : p + props_len].decode("utf-8", "replace")
-        entries.append(BatchEntry(flag, entry_body, props))
-        pos += total
-    return entries
+        yield flag, body[p:body_end], body[body_end + 2 : end]
+        pos = end
+        index += 1
+
+
+def decode_batch_body(body: bytes) -> list[BatchEntry]:
+    """Broker-side batch decoding; RecordError naming the entry and field if anything is inconsistent."""
+    # Invalid UTF-8 is replaced, not rejected, as Java's new String(bytes, UTF_8) does.
+    return [BatchEntry(flag, entry_body, props.decode("utf-8", "replace"))
+            for flag, entry_body, props in iter_batch_entries(body)]

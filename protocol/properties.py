@@ -7,6 +7,7 @@ value may itself contain \\x01); a later duplicate key overrides an earlier one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 NAME_VALUE_SEP = "\x01"
@@ -118,3 +119,24 @@ def decode_properties_bytes(data: bytes | memoryview) -> dict[str, str]:
     if not data:
         return {}
     return decode_properties(bytes(data).decode("utf-8", "replace"))
+
+
+# The layouts producers usually write: [TAGS\x01t\x02][KEYS\x01k\x02]UNIQ_KEY\x01u\x02 and nothing else. On these,
+# each key appears once with a non-empty value, so the groups equal what decode_properties would find.
+_PRODUCER_LAYOUT = re.compile(rb"(?:TAGS\x01([^\x02]+)\x02)?(?:KEYS\x01([^\x02]+)\x02)?UNIQ_KEY\x01([^\x02]+)\x02")
+#: ``match_producer_layout(raw)`` -> match with groups (TAGS, KEYS, UNIQ_KEY) or None; the caller checks isascii().
+match_producer_layout = _PRODUCER_LAYOUT.fullmatch
+
+
+def scan_producer_properties(raw: bytes) -> tuple[bytes | None, bytes | None, bytes] | None:
+    """(TAGS, KEYS, UNIQ_KEY) values of ASCII properties laid out as producers usually write them:
+    ``[TAGS\x01t\x02][KEYS\x01k\x02]UNIQ_KEY\x01u\x02`` and nothing else.
+
+    Lets the broker's batch path keep the raw bytes instead of decoding and re-encoding them. Returns None for any
+    other layout (or non-ASCII text), in which case the caller must use :func:`decode_properties`; on the layouts it
+    accepts, the result equals what decode_properties would find.
+    """
+    if not raw.isascii():
+        return None
+    match = match_producer_layout(raw)
+    return None if match is None else match.groups()

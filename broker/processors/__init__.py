@@ -12,8 +12,10 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
     """Instantiate every processor for `broker` (name -> processor)."""
     from broker.processors.client_manage import ClientManageProcessor
     from broker.processors.consumer_offset import ConsumerOffsetProcessor
+    from broker.processors.lock import LockProcessor
     from broker.processors.pull import PullProcessor
     from broker.processors.query import QueryProcessor
+    from broker.processors.retry import RetryProcessor
     from broker.processors.send import SendProcessor
 
     return {
@@ -22,6 +24,8 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
         "client_manage": ClientManageProcessor(broker),
         "consumer_offset": ConsumerOffsetProcessor(broker),
         "query": QueryProcessor(broker),
+        "retry": RetryProcessor(broker),
+        "lock": LockProcessor(broker),
     }
 
 

@@ -16,14 +16,20 @@ from broker.managers.topic_config import (
     TopicConfig,
     validate_topic,
 )
+from broker.schedule.delay import delay_level_of, to_schedule_topic
 from broker.store.types import MessageToStore, PutResult
 from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
-from protocol.command import RemotingCommand
+from protocol.command import RemotingCommand, ResponseTemplate
 from protocol.hashing import tags_code
 from protocol.headers import SendMessageRequestHeader
 from protocol.ids import UniqKeyGenerator, pack_host
-from protocol.message import MULTI_TAGS_FLAG, BatchEntry, RecordError, decode_batch_body
-from protocol.properties import MAX_PROPERTIES_BYTES, decode_properties, encode_properties
+from protocol.message import MULTI_TAGS_FLAG, RecordError, iter_batch_entries
+from protocol.properties import (
+    MAX_PROPERTIES_BYTES,
+    decode_properties,
+    encode_properties,
+    match_producer_layout,
+)
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -48,6 +54,12 @@ _PUT_STATUS_CODES: dict[str, int] = {
     "OS_PAGE_CACHE_BUSY": ResponseCode.SYSTEM_BUSY,
     "UNKNOWN_ERROR": ResponseCode.SYSTEM_ERROR,
 }
+
+
+class _BatchEntryRejected(ValueError):
+    """One batch entry breaks a limit; the whole batch is refused with MESSAGE_ILLEGAL."""
+
+
 _SUCCESS_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                             ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE})
 
@@ -84,6 +96,8 @@ class SendProcessor:
         self._random = random.Random()
         self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
         self._sync_flush = bool(self.store.config.sync_flush)
+        self._tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
+        self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -151,12 +165,14 @@ class SendProcessor:
         return header.queue_id
 
     def _response(self, cmd: RemotingCommand, result: PutResult, queue_id: int, transaction_id: str | None,
-                  batch: bool) -> RemotingCommand:
+                  batch: bool) -> RemotingCommand | bytes:
         status = result.status.name
         code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code not in _SUCCESS_CODES:
             remark = result.remark or f"put message failed: {status}"
             return self._error(cmd, code, remark)
+        if code == ResponseCode.SUCCESS:
+            return self._success_frame(cmd, result, queue_id, transaction_id, batch)
         msg_ids = result.msg_ids
         ext = {
             "msgId": ",".join(msg_ids) if batch else (msg_ids[0] if msg_ids else ""),
@@ -168,6 +184,23 @@ class SendProcessor:
         if transaction_id:
             ext["transactionId"] = transaction_id
         return cmd.make_response(code, None if code == ResponseCode.SUCCESS else status, ext)
+
+    def _success_frame(self, cmd: RemotingCommand, result: PutResult, queue_id: int, transaction_id: str | None,
+                       batch: bool) -> bytes:
+        """The PUT_OK answer as a pre-encoded frame: the same bytes _response's general branch would produce."""
+        key = (cmd.serialize_type, bool(transaction_id))
+        template = self._ok_templates.get(key)
+        if template is None:
+            items = [("msgId", None), ("queueId", None), ("queueOffset", None), ("MSG_REGION", self._region),
+                     ("TRACE_ON", self._trace)]
+            if transaction_id:
+                items.append(("transactionId", None))
+            template = self._ok_templates[key] = ResponseTemplate(cmd.serialize_type, ResponseCode.SUCCESS, items)
+        msg_ids = result.msg_ids
+        msg_id = ",".join(msg_ids) if batch else (msg_ids[0] if msg_ids else "")
+        if transaction_id:
+            return template.encode(cmd.opaque, msg_id, str(queue_id), str(result.queue_offset), transaction_id)
+        return template.encode(cmd.opaque, msg_id, str(queue_id), str(result.queue_offset))
 
     # ---- single message ---------------------------------------------------------------------
     def send_message(self, channel: Any, cmd: RemotingCommand):
@@ -253,6 +286,8 @@ class SendProcessor:
             keys=props.get(PROP_KEYS),
             uniq_key=uniq_key,
         )
+        if "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
+            to_schedule_topic(message, props, self.broker.schedule_service.max_level)
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)
@@ -273,56 +308,84 @@ class SendProcessor:
         topic_config, error = self._check_topic(channel, cmd, header)
         if error is not None:
             return error
-        try:
-            entries: list[BatchEntry] = decode_batch_body(cmd.body)
-        except RecordError as exc:
-            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
-        if not entries:
-            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
         queue_id = self._pick_queue(header, topic_config)
         sys_flag = header.sys_flag or 0
         if topic_config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
-        born_timestamp = header.born_timestamp or 0
-        born_host = self._born_host(channel)
-        reconsume_times = header.reconsume_times or 0
-        max_body = self._max_body
-        next_uniq = self._uniq.next
-        messages: list[MessageToStore] = []
-        append = messages.append
-        # Each entry is stored with its own properties only (HEAD behaviour, reference §4.3.4).
-        for index, entry in enumerate(entries):
-            body = entry.body
-            if len(body) > max_body:
-                return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                   f"batch message {index}: body size {len(body)} exceeds the maximum {max_body}")
-            props_text = entry.properties
-            props = decode_properties(props_text)
-            uniq_key = props.get(PROP_UNIQ_KEY)
-            if not uniq_key:
-                uniq_key = next_uniq()
-                if props_text and not props_text.endswith("\x02"):
-                    props_text += "\x02"
-                props_text += f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
-                if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
-                    return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                                       f"batch message {index}: properties exceed {MAX_PROPERTIES_BYTES} bytes")
-            append(MessageToStore(
-                topic=topic,
-                queue_id=queue_id,
-                flag=entry.flag,
-                sys_flag=sys_flag,
-                born_timestamp=born_timestamp,
-                born_host=born_host,
-                reconsume_times=reconsume_times,
-                body=body,
-                properties=props_text,
-                tags_code=tags_code(props.get(PROP_TAGS)),
-                keys=props.get(PROP_KEYS),
-                uniq_key=uniq_key,
-            ))
+        template = MessageToStore(topic, queue_id, 0, sys_flag, header.born_timestamp or 0, self._born_host(channel),
+                                  header.reconsume_times or 0, b"", "", 0)
+        try:
+            messages = self._batch_messages(cmd.body, template)
+        except RecordError as exc:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}")
+        except _BatchEntryRejected as exc:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if not messages:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
         batch_uniq = decode_properties(header.properties).get(PROP_UNIQ_KEY) if header.properties else None
         return self._put_batch(cmd, messages, queue_id, batch_uniq)
+
+    def _batch_messages(self, batch_body: bytes, template: MessageToStore) -> list[MessageToStore]:
+        """Decode the batch body straight into store messages (one loop, no intermediate entry objects).
+
+        Each entry is stored with its own properties only (HEAD behaviour, reference §4.3.4). Properties in the
+        producers' usual layout are kept as the bytes that arrived; anything else is decoded and completed by
+        _general_batch_message. Raises RecordError (malformed body) or _BatchEntryRejected."""
+        topic = template.topic
+        queue_id = template.queue_id
+        sys_flag = template.sys_flag
+        born_timestamp = template.born_timestamp
+        born_host = template.born_host
+        reconsume_times = template.reconsume_times
+        max_body = self._max_body
+        match_layout = match_producer_layout
+        tag_codes = self._tag_codes
+        messages: list[MessageToStore] = []
+        append = messages.append
+        for flag, body, raw_props in iter_batch_entries(batch_body):
+            if len(body) > max_body:
+                raise _BatchEntryRejected(f"batch message {len(messages)}: body size {len(body)} exceeds the "
+                                          f"maximum {max_body}")
+            layout = raw_props.isascii() and match_layout(raw_props)
+            if not layout:
+                append(self._general_batch_message(template, len(messages), flag, body, raw_props))
+                continue
+            tags, keys, uniq = layout.groups()
+            code = tag_codes.get(tags)
+            if code is None:
+                code = self._tag_code(tags)
+            append(MessageToStore(topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume_times, body,
+                                  "", code, None if keys is None else keys.decode("ascii"), uniq.decode("ascii"), 0,
+                                  raw_props))
+        return messages
+
+    def _tag_code(self, tags: bytes) -> int:
+        """tagsCode of an ASCII tag, remembered per tag (tags repeat across messages)."""
+        if len(self._tag_codes) > 4096:
+            self._tag_codes.clear()
+            self._tag_codes[None] = 0
+        code = self._tag_codes[tags] = tags_code(tags.decode("ascii"))
+        return code
+
+    def _general_batch_message(self, template: MessageToStore, index: int, flag: int, body: bytes,
+                               raw_props: bytes) -> MessageToStore:
+        """Any properties layout: decode (invalid UTF-8 replaced, as Java's new String(bytes, UTF_8) does) and add
+        UNIQ_KEY if missing."""
+        props_text = raw_props.decode("utf-8", "replace")
+        props = decode_properties(props_text)
+        if "DELAY" in props and delay_level_of(props) > 0:  # §4.3.4: no delay level in a batch
+            raise _BatchEntryRejected(f"batch message {index}: delay level not supported in a batch")
+        uniq_key = props.get(PROP_UNIQ_KEY)
+        if not uniq_key:
+            uniq_key = self._uniq.next()
+            if props_text and not props_text.endswith("\x02"):
+                props_text += "\x02"
+            props_text += f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
+            if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+                raise _BatchEntryRejected(f"batch message {index}: properties exceed {MAX_PROPERTIES_BYTES} bytes")
+        return MessageToStore(template.topic, template.queue_id, flag, template.sys_flag, template.born_timestamp,
+                              template.born_host, template.reconsume_times, body, props_text,
+                              tags_code(props.get(PROP_TAGS)), props.get(PROP_KEYS), uniq_key)
 
     async def _put_batch(self, cmd: RemotingCommand, messages: list[MessageToStore], queue_id: int,
                          batch_uniq: str | None) -> RemotingCommand:

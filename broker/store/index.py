@@ -13,6 +13,8 @@ import mmap
 import os
 import struct
 import time
+from itertools import groupby
+from operator import itemgetter
 
 from protocol.hashing import index_key_hash, java_string_hash
 
@@ -29,6 +31,7 @@ _INT_MAX = 0x7FFFFFFF
 _MASK32 = 0xFFFFFFFF
 _P4 = 31 ** 4
 _CACHE_LIMIT = 200_000
+_head_of = itemgetter(slice(None, -4))  # key -> all but its last 4 characters
 
 
 class KeyHasher:
@@ -50,40 +53,55 @@ class KeyHasher:
         return heads
 
     def __call__(self, topic: str, key: str) -> int:
-        return self.hash_many(topic, (key,))[0]
+        """Index hash of one key (the single-message path): two cache lookups in the usual case."""
+        heads = self._heads.get(topic)  # only ASCII topics get a head cache
+        if heads is None or len(key) < 4 or not key.isascii():
+            return self.hash_many(topic, (key,))[0]
+        head = key[:-4]
+        tail = key[-4:]
+        h = ((heads.get(head) or self._head_hash(topic, head)) * _P4
+             + (self._chunks.get(tail) or self._tail_hash(tail))) & _MASK32
+        return h if h < 0x80000000 else (0x100000000 - h) & _INT_MAX
 
     def hash_many(self, topic: str, keys) -> list[int]:
-        """Index hashes of ``topic#key`` for every key (one call per batch)."""
+        """Index hashes of ``topic#key`` for every key (one call per batch).
+
+        Keys are taken in runs that share a head (UNIQ_KEYs of one batch mostly do): the run's head hash is looked up
+        once, then one comprehension adds the cached tail hashes (a miss, or a cached 0, computes the value).
+        ``(2**32 - h) & INT_MAX`` is Java's ``Math.abs`` of a negative int32, including RocketMQ's
+        Integer.MIN_VALUE -> 0 rule (2**31 masks to 0)."""
+        if not keys:
+            return []
+        if not topic.isascii() or min(map(len, keys)) < 4 or not "".join(keys).isascii():
+            return [index_key_hash(topic + "#" + key) for key in keys]
         heads = self._heads.get(topic)
         if heads is None:
             heads = self._head_cache(topic)
-        if len(heads) > _CACHE_LIMIT:
-            heads.clear()
-        chunks = self._chunks
-        if len(chunks) > _CACHE_LIMIT:
-            chunks.clear()
-        topic_ok = topic.isascii()
-        out = []
-        append = out.append
-        for key in keys:
-            if len(key) < 4 or not topic_ok or not key.isascii():
-                append(index_key_hash(topic + "#" + key))
-                continue
-            head = key[:-4]
-            hh = heads.get(head)
-            if hh is None:
-                hh = heads[head] = java_string_hash(topic + "#" + head) & _MASK32
-            tail = key[-4:]
-            vt = chunks.get(tail)
-            if vt is None:
-                vt = chunks[tail] = java_string_hash(tail) & _MASK32
-            h = (hh * _P4 + vt) & _MASK32
-            if h & 0x80000000:
-                h = 0x100000000 - h  # abs of the negative int32
-                if h == 0x80000000:
-                    h = 0  # Math.abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ maps it to 0
-            append(h)
+        cached_tail = self._chunks.get
+        tail_hash = self._tail_hash
+        out: list[int] = []
+        for head, run in groupby(keys, _head_of):
+            head_part = heads.get(head)
+            if head_part is None:
+                head_part = self._head_hash(topic, head)
+            head_part *= _P4
+            out += [h if (h := (head_part + (cached_tail(key[-4:]) or tail_hash(key[-4:]))) & _MASK32) < 0x80000000
+                    else (0x100000000 - h) & _INT_MAX for key in run]
         return out
+
+    def _head_hash(self, topic: str, head: str) -> int:
+        heads = self._heads[topic]
+        if len(heads) >= _CACHE_LIMIT:
+            heads.clear()
+        value = heads[head] = java_string_hash(topic + "#" + head) & _MASK32
+        return value
+
+    def _tail_hash(self, tail: str) -> int:
+        chunks = self._chunks
+        if len(chunks) >= _CACHE_LIMIT:
+            chunks.clear()
+        value = chunks[tail] = java_string_hash(tail) & _MASK32
+        return value
 
 
 def index_file_name(now_ms: int | None = None) -> str:

@@ -247,7 +247,8 @@ class MessageStore:
             if not topic_bytes or len(topic_bytes) > _MAX_TOPIC:
                 return self._fail(PutStatus.MESSAGE_ILLEGAL, "topic length %d is invalid" % len(topic_bytes))
             self._topic_bytes[topic] = topic_bytes
-        props_list = [m.properties.encode("utf-8") for m in msgs]
+        props_list = [m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes
+                      for m in msgs]
         if max(map(len, props_list)) > _MAX_PROPERTIES:
             return self._fail(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                               "message properties are longer than %d bytes" % _MAX_PROPERTIES)
@@ -343,7 +344,7 @@ class MessageStore:
             index.put(index.hasher.hash_many(topic, keys), offs, now)
 
     def _schedule_tags(self, m: MessageToStore, store_ts: int) -> int:
-        return recovery.schedule_tags_code(decode_properties(m.properties), m.queue_id, store_ts,
+        return recovery.schedule_tags_code(decode_properties(m.properties_text()), m.queue_id, store_ts,
                                            self.delay_levels_ms)
 
     async def put_messages(self, msgs: list[MessageToStore]) -> PutResult:
@@ -368,7 +369,7 @@ class MessageStore:
                 or m.keys or not m.uniq_key or cur is None or topic == recovery.SCHEDULE_TOPIC
                 or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq.file_size):
             return self._append([m])
-        props = m.properties.encode("utf-8")
+        props = m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes
         body = m.body
         size = 91 + len(topic_bytes) + len(body) + len(props)
         if (len(props) > _MAX_PROPERTIES or len(body) > self.config.max_message_size
@@ -388,7 +389,7 @@ class MessageStore:
         index = self.index
         if index is not None:
             try:
-                index.put_one(index.hasher.hash_many(topic, (m.uniq_key,))[0], phys, now)
+                index.put_one(index.hasher(topic, m.uniq_key), phys, now)
             except OSError as exc:
                 log.error("index file creation failed: %s (messages stay pullable)", exc)
         stats = self.stats

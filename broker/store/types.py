@@ -6,7 +6,7 @@ import enum
 import os
 from dataclasses import dataclass, field
 
-from protocol.ids import offset_msg_id
+from protocol.ids import offset_msg_ids
 
 
 @dataclass
@@ -77,11 +77,18 @@ class MessageToStore:
     born_host: bytes
     reconsume_times: int
     body: bytes
-    properties: str  # encoded (§5.1)
+    properties: str  # encoded (§5.1); ignored when properties_bytes is set
     tags_code: int
     keys: str | None = None  # the KEYS property value (space separated)
     uniq_key: str | None = None
     prepared_transaction_offset: int = 0
+    # The same properties already as the UTF-8 bytes to store (the batch path keeps what the producer sent).
+    properties_bytes: bytes | None = None
+
+    def properties_text(self) -> str:
+        """The encoded properties as text, whichever form the message carries."""
+        raw = self.properties_bytes
+        return self.properties if raw is None else raw.decode("utf-8", "replace")
 
 
 class PutStatus(enum.Enum):
@@ -123,8 +130,7 @@ class PutResult:
     @property
     def msg_ids(self) -> list[str]:
         if self._msg_ids is None:
-            host = self._store_host
-            self._msg_ids = [offset_msg_id(host, off) for off in self.physical_offsets]
+            self._msg_ids = offset_msg_ids(self._store_host, self.physical_offsets)
         return self._msg_ids
 
     def __repr__(self) -> str:

@@ -1,0 +1,41 @@
+"""LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42) — reference §4.9 (orderly consumers)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+class LockProcessor:
+    """Grants and releases per-queue locks through the broker's RebalanceLockManager."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.locks = broker.rebalance_lock_manager
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+        }
+
+    def lock_batch_mq(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            request = LockBatchRequestBody.decode(cmd.body)
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed LOCK_BATCH_MQ body: {exc}")
+        granted = self.locks.try_lock_batch(request.consumer_group, request.mq_set, request.client_id)
+        return cmd.make_response(ResponseCode.SUCCESS, None, None, LockBatchResponseBody(granted).encode())
+
+    def unlock_batch_mq(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            request = UnlockBatchRequestBody.decode(cmd.body)
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed UNLOCK_BATCH_MQ body: {exc}")
+        self.locks.unlock_batch(request.consumer_group, request.mq_set, request.client_id)
+        return cmd.make_response(ResponseCode.SUCCESS)

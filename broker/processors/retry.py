@@ -1,0 +1,228 @@
+"""Consumption retry family: CONSUMER_SEND_MSG_BACK (36, reference §4.8), GET_ALL_DELAY_OFFSET (45)
+and the project extension RESEND_DLQ_MESSAGE (9001).
+
+A failed message is copied to ``%RETRY%<group>`` through the delay path (SCHEDULE_TOPIC_XXXX, level
+3 + reconsumeTimes unless the client chose one), or to ``%DLQ%<group>`` queue 0 once it has been
+re-consumed maxReconsumeTimes times or the client asked for it (delayLevel < 0).
+
+Listing a DLQ needs no special request: it is the ordinary topic ``%DLQ%<group>`` with one queue,
+readable with GET_MIN_OFFSET/GET_MAX_OFFSET (31/30) and PULL_MESSAGE (11) on queue 0, and searchable
+by key with QUERY_MESSAGE (12). RESEND_DLQ_MESSAGE puts one dead message back on its original topic.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from broker.schedule.delay import to_schedule_topic
+from broker.store.types import MessageToStore, PutResult
+from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.hashing import tags_code
+from protocol.headers import ConsumerSendMsgBackRequestHeader, ResendDlqMessageRequestHeader
+from protocol.ids import decode_offset_msg_id, pack_host
+from protocol.message import MessageRecord, RecordError, decode_record
+from protocol.properties import encode_properties
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+FIRST_RETRY_DELAY_LEVEL = 3  # delayLevel 0 -> 3 + reconsumeTimes (10 s, 30 s, 1 min, ...)
+MIN_VERSION_WITH_MAX_RECONSUME_TIMES = 121  # V3_4_9: older clients' maxReconsumeTimes is ignored
+
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROP_DELAY = "DELAY"
+PROP_CLUSTER = "CLUSTER"
+# Cleared when a dead message is re-sent as a fresh message (retry/delay bookkeeping of its old life).
+RESEND_CLEARED_PROPERTIES = ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DELAY", "REAL_TOPIC", "REAL_QID",
+                             "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
+                             "TIMER_DELAY_MS")
+
+
+def _record_to_message(record: MessageRecord, topic: str, queue_id: int, properties: dict[str, str],
+                       reconsume_times: int) -> MessageToStore:
+    born_ip, born_port = record.born_host
+    return MessageToStore(
+        topic=topic,
+        queue_id=queue_id,
+        flag=record.flag,
+        sys_flag=record.sys_flag,
+        born_timestamp=record.born_timestamp,
+        born_host=pack_host(born_ip, born_port),
+        reconsume_times=reconsume_times,
+        body=bytes(record.body),
+        properties=encode_properties(properties),
+        tags_code=tags_code(properties.get("TAGS")),
+        keys=properties.get("KEYS"),
+        uniq_key=properties.get("UNIQ_KEY"),
+    )
+
+
+class RetryProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.schedule = broker.schedule_service
+        self._random = random.Random()
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+            RequestCode.RESEND_DLQ_MESSAGE: self.resend_dlq_message,
+        }
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _look_record(self, phys_offset: int) -> MessageRecord | None:
+        if phys_offset < 0:
+            return None
+        try:
+            raw = self.store.look_message_by_offset(phys_offset)
+            return decode_record(raw) if raw else None
+        except (RecordError, ValueError, IndexError):
+            return None
+
+    def _put(self, message: MessageToStore):
+        """The store's put coroutine (ASYNC_FLUSH completes without suspending)."""
+        return self.store.put_message(message)
+
+    # ---- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------
+    def consumer_send_msg_back(self, channel: Any, cmd: RemotingCommand):
+        header = ConsumerSendMsgBackRequestHeader.decode(cmd.ext_fields)
+        group = header.group
+        group_config = self.groups.find_or_create(group)
+        if group_config is None:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                     f"subscription group not exist, {group}")
+        if not self.config.broker_permission & PERM_WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.config.broker_ip1}] sending message is forbidden")
+        if group_config.retry_queue_nums <= 0:
+            return cmd.make_response(ResponseCode.SUCCESS)  # the group wants no retries: dropped
+        retry_config = self.topics.create_retry_topic(group, group_config.retry_queue_nums)
+        if retry_config is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"topic[{retry_topic(group)}] not exist")
+        if not retry_config.perm & PERM_WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the topic[{retry_config.topic_name}] sending message is forbidden")
+        record = self._look_record(header.offset)
+        if record is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
+
+        properties = dict(record.properties)
+        if not properties.get(PROP_RETRY_TOPIC):
+            properties[PROP_RETRY_TOPIC] = record.topic
+        max_times = header.max_reconsume_times
+        if max_times is None or max_times < 0 or cmd.version < MIN_VERSION_WITH_MAX_RECONSUME_TIMES:
+            max_times = group_config.retry_max_times
+        if max_times is None or max_times < 0:
+            max_times = DEFAULT_MAX_RECONSUME_TIMES
+        delay_level = header.delay_level
+        if record.reconsume_times >= max_times or delay_level < 0:
+            dlq_config = self.topics.create_dlq_topic(group)
+            if dlq_config is None:
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"topic[{dlq_topic(group)}] not exist")
+            if not dlq_config.perm & PERM_WRITE:
+                return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                         f"the topic[{dlq_config.topic_name}] sending message is forbidden")
+            topic, queue_id = dlq_config.topic_name, 0
+            properties.pop(PROP_DELAY, None)
+        else:
+            topic = retry_config.topic_name
+            queue_id = self._random.randrange(99_999_999) % max(1, retry_config.write_queue_nums)
+            if delay_level == 0:
+                delay_level = FIRST_RETRY_DELAY_LEVEL + record.reconsume_times
+            properties[PROP_DELAY] = str(delay_level)
+        if not properties.get(PROP_ORIGIN_MESSAGE_ID):
+            properties[PROP_ORIGIN_MESSAGE_ID] = record.offset_msg_id
+        properties[PROP_CLUSTER] = self.config.broker_cluster_name
+        message = _record_to_message(record, topic, queue_id, properties, record.reconsume_times + 1)
+        to_schedule_topic(message, properties, self.schedule.max_level)
+        return self._answer_send_back(cmd, self._put(message))
+
+    async def _answer_send_back(self, cmd: RemotingCommand, put) -> RemotingCommand:
+        result: PutResult = await put
+        if result.ok:
+            return cmd.make_response(ResponseCode.SUCCESS)
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, result.status.name)
+
+    # ---- GET_ALL_DELAY_OFFSET -----------------------------------------------------------------
+    def get_all_delay_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, None, None, self.schedule.encode_json())
+
+    # ---- RESEND_DLQ_MESSAGE (project extension) -----------------------------------------------
+    def _find_dead_record(self, header: ResendDlqMessageRequestHeader, dlq: str) -> MessageRecord | None:
+        """By commit-log offset, offset message id, or UNIQ_KEY (newest copy in the DLQ)."""
+        if header.offset is not None:
+            record = self._look_record(header.offset)
+            return record if record is not None and record.topic == dlq else None
+        msg_id = (header.msg_id or "").strip()
+        if not msg_id:
+            return None
+        try:
+            _, _, phys = decode_offset_msg_id(msg_id)
+        except ValueError:
+            phys = -1
+        record = self._look_record(phys)
+        if record is not None and record.topic == dlq:
+            return record
+        found = self.store.query_message(dlq, msg_id, 32, 0, 2**62)
+        candidates = []
+        for raw in found.records:
+            try:
+                candidate = decode_record(raw)
+            except (RecordError, ValueError):
+                continue
+            if candidate.topic == dlq and candidate.uniq_key == msg_id:
+                candidates.append(candidate)
+        return max(candidates, key=lambda r: r.physical_offset) if candidates else None
+
+    def resend_dlq_message(self, channel: Any, cmd: RemotingCommand):
+        header = ResendDlqMessageRequestHeader.decode(cmd.ext_fields)
+        if header.offset is None and not header.msg_id:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, "either 'offset' or 'msgId' is required")
+        dlq = DLQ_GROUP_TOPIC_PREFIX + header.group
+        record = self._find_dead_record(header, dlq)
+        if record is None:
+            which = header.offset if header.offset is not None else header.msg_id
+            return cmd.make_response(ResponseCode.QUERY_NOT_FOUND, f"no message {which} in {dlq}")
+        properties = dict(record.properties)
+        target = header.topic or properties.get(PROP_RETRY_TOPIC) or properties.get("REAL_TOPIC")
+        if not target:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     "the dead message names no original topic (RETRY_TOPIC); give 'topic'")
+        target_config = self.topics.get(target)
+        if target_config is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{target}] not exist")
+        if not target_config.perm & PERM_WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{target}] sending message is forbidden")
+        queue_nums = max(1, target_config.write_queue_nums)
+        queue_id = header.queue_id
+        if queue_id is None or queue_id < 0:
+            queue_id = self._random.randrange(99_999_999) % queue_nums
+        elif queue_id >= queue_nums:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     f"queueId[{queue_id}] is illegal, topic[{target}] has {queue_nums} queues")
+        for key in RESEND_CLEARED_PROPERTIES:
+            properties.pop(key, None)
+        properties[PROP_CLUSTER] = self.config.broker_cluster_name
+        message = _record_to_message(record, target, queue_id, properties, 0)
+        return self._answer_resend(cmd, self._put(message), target, queue_id, message.uniq_key)
+
+    async def _answer_resend(self, cmd: RemotingCommand, put, topic: str, queue_id: int, uniq_key: str | None
+                             ) -> RemotingCommand:
+        result: PutResult = await put
+        if not result.ok:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, result.status.name)
+        ext = {"msgId": result.msg_ids[0] if result.msg_ids else "", "topic": topic, "queueId": str(queue_id),
+               "queueOffset": str(result.queue_offset)}
+        if uniq_key:
+            ext["uniqKey"] = uniq_key
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)

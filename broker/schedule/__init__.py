@@ -1,0 +1,1 @@
+"""Delayed delivery: SCHEDULE_TOPIC_XXXX transformation and the schedule service."""

@@ -1,0 +1,205 @@
+"""Concurrent consumption for the push consumer: a fixed pool of `consume_thread_max` workers.
+
+Pulled messages are cut into chunks of at most `consume_message_batch_max_size` and queued; each worker takes one
+chunk at a time and calls the listener. An `async def` listener runs on the event loop (up to consume_thread_max
+at once); a plain function runs in a thread pool of consume_thread_max threads, so blocking code never stalls
+pulling. Outcomes:
+  * SUCCESS (or None): the chunk is done and the queue's committable offset moves forward;
+  * RECONSUME_LATER or an exception: CLUSTERING sends each message back to the broker (CONSUMER_SEND_MSG_BACK),
+    which redelivers it through %RETRY%<group> after a delay; a message the broker refuses is consumed again locally
+    5 s later, and the queue's offset stays pinned before it meanwhile. BROADCASTING has no retry: a warning is
+    logged and the messages count as consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from client.message import ConsumeResult, MessageExt
+from client.offset_store import OffsetStore
+from client.process_queue import ProcessQueue
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ConsumeService", "is_async_listener"]
+
+RETRY_PREFIX = "%RETRY%"
+LOCAL_RETRY_DELAY = 5.0
+
+Listener = Callable[[list[MessageExt]], "ConsumeResult | None | Awaitable[ConsumeResult | None]"]
+SendBack = Callable[[ProcessQueue, MessageExt], Awaitable[bool]]
+
+
+def is_async_listener(listener: Callable) -> bool:
+    """True for `async def` functions (also bound methods, partials, objects with an async __call__)."""
+    if inspect.iscoroutinefunction(listener):
+        return True
+    call = getattr(listener, "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+class ConsumeService:
+    def __init__(
+        self,
+        group: str,
+        listener: Listener,
+        offset_store: OffsetStore,
+        send_back: SendBack,
+        *,
+        thread_max: int = 20,
+        batch_max_size: int = 1,
+        clustering: bool = True,
+    ) -> None:
+        self.group = group
+        self.listener = listener
+        self.offset_store = offset_store
+        self.send_back = send_back
+        self.thread_max = max(1, thread_max)
+        self.batch_max_size = max(1, batch_max_size)
+        self.clustering = clustering
+        self.retry_topic = RETRY_PREFIX + group
+        self._queue: asyncio.Queue[tuple[ProcessQueue, list[MessageExt]]] = asyncio.Queue()
+        self._workers: list[asyncio.Task] = []
+        self._busy = 0
+        self._idle: asyncio.Event = asyncio.Event()
+        self._idle.set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
+        self.running = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self.running:
+            return
+        self.running = True
+        if not is_async_listener(self.listener):
+            self._pool = ThreadPoolExecutor(self.thread_max, thread_name_prefix=f"consume-{self.group}")
+        self._workers = [
+            asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}") for i in range(self.thread_max)
+        ]
+
+    async def shutdown(self, grace: float) -> None:
+        """Hand back queued chunks (their offsets stay uncommitted), let running listeners finish within grace."""
+        self.running = False
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        if self._busy:
+            try:
+                await asyncio.wait_for(self._idle.wait(), grace)
+            except asyncio.TimeoutError:
+                log.warning("group %s: %d consume call(s) still running after %.1fs; their messages will be "
+                            "redelivered", self.group, self._busy, grace)
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    # ------------------------------------------------------------------ intake
+    def submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        """Queue a pulled batch (already recorded in pq) for consumption, in chunks of batch_max_size."""
+        if pq.mq.topic == self.retry_topic:
+            for m in messages:  # listeners see the topic the message was first sent to
+                original = m.properties.get("RETRY_TOPIC")
+                if original:
+                    m.topic = original
+        put = self._queue.put_nowait
+        size = self.batch_max_size
+        if size == 1:
+            for m in messages:
+                put((pq, [m]))
+        elif len(messages) <= size:
+            put((pq, messages))
+        else:
+            for i in range(0, len(messages), size):
+                put((pq, messages[i : i + size]))
+
+    # ------------------------------------------------------------------ consuming
+    async def _worker(self) -> None:
+        get = self._queue.get
+        consume = self.consume
+        while True:
+            pq, messages = await get()
+            self._busy += 1
+            self._idle.clear()
+            try:
+                await consume(pq, messages)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not kill the worker
+                log.exception("consume of %d message(s) from %s failed", len(messages), pq.mq)
+            finally:
+                self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
+
+    async def consume(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        """Run the listener on one chunk and settle the outcome."""
+        if pq.dropped:
+            return  # the queue moved to another consumer: it resumes from the committed offset
+        listener = self.listener
+        try:
+            if self._pool is not None:
+                result = await asyncio.get_running_loop().run_in_executor(self._pool, listener, messages)
+            else:
+                result = listener(messages)
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("listener of group %s raised on %d message(s); treating as RECONSUME_LATER",
+                          self.group, len(messages))
+            result = ConsumeResult.RECONSUME_LATER
+        if result is None or result is ConsumeResult.SUCCESS:
+            self._advance(pq, messages)
+            return
+        if not isinstance(result, ConsumeResult):
+            log.warning("listener of group %s returned %r, not a ConsumeResult; treating as RECONSUME_LATER",
+                        self.group, result)
+        if not self.clustering:
+            log.warning("group %s (broadcasting): %d message(s) failed and are not retried, e.g. %s",
+                        self.group, len(messages), messages[0].msg_id)
+            self._advance(pq, messages)
+            return
+        refused = []
+        for m in messages:
+            if not await self.send_back(pq, m):
+                refused.append(m)
+        if refused:
+            done = [m for m in messages if m not in refused]
+            if done:
+                self._advance(pq, done)
+            self._retry_locally(pq, refused)
+            return
+        self._advance(pq, messages)
+
+    def _retry_locally(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+
+        def resubmit() -> None:
+            self._timers.discard(timer)
+            if self.running and not pq.dropped:
+                self._queue.put_nowait((pq, messages))
+
+        timer = loop.call_later(LOCAL_RETRY_DELAY, resubmit)
+        self._timers.add(timer)
+
+    def _advance(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        offset = pq.remove(messages)
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update(pq.mq, offset)
