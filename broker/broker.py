@@ -93,6 +93,7 @@ class Broker:
         self.consumer_filter_manager.load()
         self.consumer_filter_manager.clean_expired()
         self.store.load()
+        self._recover_topics_from_store()
         self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
         await self.store.start()
         self._started = True
@@ -115,6 +116,16 @@ class Broker:
         await self.registrar.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
+
+    def _recover_topics_from_store(self) -> None:
+        """Topics auto-created just before a crash may have queues on disk but no entry in topics.json
+        (it is written shortly after the change); without one their acknowledged messages would be unreachable."""
+        for topic, queue_ids in self.store.topics_and_queues().items():
+            if topic in self.topic_config_manager.topics or not queue_ids:
+                continue
+            queue_nums = max(max(queue_ids) + 1, 1)
+            if self.topic_config_manager.create_topic_if_absent(topic, queue_nums) is not None:
+                log.warning("recovered topic %s (%d queues) from the store: it was missing from topics.json", topic, queue_nums)
 
     async def _start_vip_server(self) -> None:
         """Best effort: a busy listenPort - 2 only costs old clients their fast channel."""
