@@ -1,6 +1,6 @@
 """End-to-end throughput benchmark: the real broker process + the project's client on 127.0.0.1.
 
-    python bench/run.py [--messages N] [--json] [--phases single,pipelined,batch,pull]
+    python bench/run.py [--messages N] [--json] [--phases single,pipelined,batch,pull,push]
 
 Starts `python -m broker -c <generated broker.conf>` on free ports with a temporary store, waits (bounded) for the
 boot line, then measures four phases, each bounded by a message count and a wall-clock limit:
@@ -9,6 +9,8 @@ boot line, then measures four phases, each bounded by a message count and a wall
   pipelined  --window sends in flight (1,000 by default) over one producer    msgs/s
   batch      send_batch of --batch-size messages, --batches-in-flight at once msgs/s
   pull       pulls everything the batch phase wrote, several requests in flight per queue, count verified
+  push       a PushConsumer (new group, CONSUME_FROM_FIRST_OFFSET) consumes everything the batch phase wrote;
+             msgs/s from start() until the last message reached the listener, count and duplicates verified
 
 The broker is stopped with SIGTERM at the end (SIGKILL if it does not exit, or on failure).
 Profiling helpers: --profile-client DIR writes one cProfile file per phase of the client side;
@@ -38,7 +40,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from client import Message, Producer, PullConsumer, PullStatus  # noqa: E402
+from client import ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer  # noqa: E402
 
 BOOT_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -323,6 +325,45 @@ async def phase_pull(consumer: PullConsumer, topic: str, expected: int, limit_s:
     return PhaseResult("pull", received, seconds, note)
 
 
+async def phase_push(namesrv: str, topic: str, expected: int, limit_s: float, pull_batch_size: int,
+                     consume_batch: int, threads: int) -> PhaseResult:
+    """A new push-consumer group reads the whole topic: rebalance, long-poll pull loops, listener, offsets."""
+    received = 0
+    offsets: dict[int, set[int]] = {}
+    done = asyncio.Event()
+
+    async def listener(msgs) -> ConsumeResult:
+        nonlocal received
+        received += len(msgs)
+        for m in msgs:
+            offsets.setdefault(m.queue_id, set()).add(m.queue_offset)
+        if received >= expected:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        f"BenchPushGroup{int(time.time() * 1000)}", namesrv, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        pull_batch_size=pull_batch_size, consume_message_batch_max_size=consume_batch, consume_thread_max=threads,
+    )
+    consumer.subscribe(topic, "*")
+    consumer.register_listener(listener)
+    start = time.perf_counter()
+    await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), limit_s)
+    except asyncio.TimeoutError:
+        pass
+    seconds = time.perf_counter() - start
+    await consumer.shutdown()
+    distinct = sum(len(s) for s in offsets.values())
+    note = f"pull batch {pull_batch_size}, consume batch {consume_batch}, {threads} workers"
+    if received < expected or distinct != received:
+        note += f" COUNT MISMATCH: received {received} ({distinct} distinct), expected {expected}"
+    else:
+        note += ", count verified, no duplicates"
+    return PhaseResult("push", received, seconds, note)
+
+
 async def run_phases(args, namesrv: str, profiling: Profiling) -> list[PhaseResult]:
     results: list[PhaseResult] = []
     phases = set(args.phases.split(","))
@@ -341,7 +382,7 @@ async def run_phases(args, namesrv: str, profiling: Profiling) -> list[PhaseResu
             print(_row(results[-1]), file=sys.stderr, flush=True)
         batch_topic = f"BenchBatch{stamp}"
         stored = 0
-        if "batch" in phases or "pull" in phases:
+        if phases & {"batch", "pull", "push"}:
             # Route warm-up (auto-creates the topic) outside the timed region.
             await producer.send(Message(batch_topic, BODY, tags=TAG))
             stored = 1
@@ -366,11 +407,16 @@ async def run_phases(args, namesrv: str, profiling: Profiling) -> list[PhaseResu
             print(_row(results[-1]), file=sys.stderr, flush=True)
         finally:
             await consumer.shutdown()
+    if "push" in phases:
+        with profiling.phase("push", results):
+            results.append(await phase_push(namesrv, batch_topic, stored, args.limit, args.push_pull_batch,
+                                            args.push_consume_batch, args.push_threads))
+        print(_row(results[-1]), file=sys.stderr, flush=True)
     return results
 
 
 # ---------------------------------------------------------------------------------------------- output
-TARGETS = {"pipelined": 40_000, "batch": 150_000, "pull": 200_000}
+TARGETS = {"pipelined": 40_000, "batch": 150_000, "pull": 200_000, "push": 100_000}
 
 
 def _row(r: PhaseResult) -> str:
@@ -398,7 +444,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-nums", type=int, default=2048,
                         help="maxMsgNums per pull (the broker also caps a pull at 256 KiB of records)")
     parser.add_argument("--pulls-per-queue", type=int, default=4, help="concurrent pull ranges per queue")
-    parser.add_argument("--phases", default="single,pipelined,batch,pull")
+    parser.add_argument("--phases", default="single,pipelined,batch,pull,push",
+                        help="comma-separated subset of single,pipelined,batch,pull,push (pull and push read what "
+                             "batch wrote; batch runs untimed when only they are selected)")
+    parser.add_argument("--push-pull-batch", type=int, default=512,
+                        help="push phase: PushConsumer pull_batch_size (maxMsgNums per pull)")
+    parser.add_argument("--push-consume-batch", type=int, default=1,
+                        help="push phase: consume_message_batch_max_size (messages per listener call)")
+    parser.add_argument("--push-threads", type=int, default=20, help="push phase: consume_thread_max")
     parser.add_argument("--commit-log-size", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--json", action="store_true", help="also print the results as one JSON object")
     parser.add_argument("--no-uvloop", action="store_true", help="client on the default asyncio loop")

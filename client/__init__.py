@@ -1,8 +1,16 @@
 """asyncio RocketMQ client (remoting protocol): producer, push consumer and pull consumer.
 
     from client import Producer, PushConsumer, PullConsumer, Message, MessageSelector, ConsumeResult
+
+Blocking variants for scripts: client.sync.Producer / PullConsumer / PushConsumer.
 """
 
+from client.allocate import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueConsistentHash,
+    AllocateStrategy,
+)
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -40,6 +48,10 @@ __all__ = [
     "SendStatus",
     "PullResult",
     "PullStatus",
+    "AllocateStrategy",
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueConsistentHash",
     "MQClientError",
     "MQBrokerError",
     "MessageValidationError",

@@ -136,14 +136,18 @@ class ConsumerOps:
         )
 
     # ------------------------------------------------------------------ offsets
-    async def query_consumer_offset(self, mq: MessageQueue, timeout: float | None = None) -> int:
-        """The group's stored offset for mq, or -1 if the broker has none (QUERY_NOT_FOUND)."""
-        reply = await self._call(
-            mq,
-            RequestCode.QUERY_CONSUMER_OFFSET,
-            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id},
-            timeout,
-        )
+    async def query_consumer_offset(
+        self, mq: MessageQueue, timeout: float | None = None, zero_if_not_found: bool = True
+    ) -> int:
+        """The group's stored offset for mq, or -1 if the broker has none (QUERY_NOT_FOUND).
+
+        zero_if_not_found=False asks the broker not to answer 0 for a group without an offset on a "young" queue
+        (one whose first message is still stored); brokers that predate the field ignore it.
+        """
+        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}
+        if not zero_if_not_found:
+            ext["setZeroIfNotFound"] = False
+        reply = await self._call(mq, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout)
         if reply.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         if reply.code != ResponseCode.SUCCESS:

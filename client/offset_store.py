@@ -49,7 +49,7 @@ class OffsetStore:
     async def load(self) -> None:
         """Read persisted offsets (local store) before consuming starts."""
 
-    async def fetch(self, mq: MessageQueue) -> int:
+    async def fetch(self, mq: MessageQueue, zero_if_not_found: bool = True) -> int:
         """The persisted offset of mq, -1 when there is none (a new group / instance)."""
         raise NotImplementedError
 
@@ -70,8 +70,8 @@ class RemoteOffsetStore(OffsetStore):
         self.ops = ops
         self.final_timeout = final_timeout
 
-    async def fetch(self, mq: MessageQueue) -> int:
-        return await self.ops.query_consumer_offset(mq)
+    async def fetch(self, mq: MessageQueue, zero_if_not_found: bool = True) -> int:
+        return await self.ops.query_consumer_offset(mq, zero_if_not_found=zero_if_not_found)
 
     async def persist(self, mq: MessageQueue) -> None:
         offset = self.offsets.get(mq, -1)
@@ -133,7 +133,7 @@ class LocalFileOffsetStore(OffsetStore):
                 log.warning("offset file %s is unreadable (%s); trying the backup", candidate, exc)
         return {}
 
-    async def fetch(self, mq: MessageQueue) -> int:
+    async def fetch(self, mq: MessageQueue, zero_if_not_found: bool = True) -> int:
         return self._stored.get(_queue_key(mq), -1)
 
     async def persist(self, mq: MessageQueue) -> None:

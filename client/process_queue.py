@@ -51,8 +51,8 @@ class ProcessQueue:
             offset = m.queue_offset
             if offset not in inflight:
                 order.append(offset)
+                size += len(m._rec.body)
             inflight[offset] = m
-            size += len(m._rec.body)
         self.cached_bytes += size
         if messages:
             last = messages[-1].queue_offset

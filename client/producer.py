@@ -71,6 +71,7 @@ class Producer:
         *,
         send_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
+        retry_times_when_send_async_failed: int = 2,
         compress_msg_body_over_howmuch: int = 4096,
         max_message_size: int = 4 * 1024 * 1024,
         instance_name: str | None = None,
@@ -85,6 +86,7 @@ class Producer:
         self.namesrv_addr = namesrv_addr
         self.send_timeout = send_timeout
         self.retry_times_when_send_failed = max(0, retry_times_when_send_failed)
+        self.retry_times_when_send_async_failed = max(0, retry_times_when_send_async_failed)
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
@@ -146,9 +148,10 @@ class Producer:
     ) -> SendResult:
         """Send one message and wait for the broker's answer.
 
-        Without `queue`/`selector`: round-robin over writable queues, retrying other queues/brokers on retryable
-        failures. With `selector(queues, msg, arg) -> MessageQueue` or an explicit `queue`: one attempt to that queue
-        (ordered messages must not be re-routed).
+        Without `queue`/`selector`: round-robin over writable queues; a retryable failure is retried (up to
+        retry_times_when_send_failed times) on another queue, preferably of another broker (RocketMQ's synchronous
+        send semantics; `send_async` retries on the same broker, `send_oneway` never retries). With `selector(queues, msg, arg) -> MessageQueue` or an explicit `queue`: one
+        attempt to that queue (ordered messages must not be re-routed).
         """
         if not self._started:
             raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
@@ -219,6 +222,74 @@ class Producer:
         header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
                        brokers.next_opaque(), 2)
         conn.oneway_frame(frame(conn.serialize_type, header, prepared.body))
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: Callable[[SendResult | None, BaseException | None], None] | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        arg: object = None,
+        queue: MessageQueue | None = None,
+        delay_level: int | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Task:
+        """Start a send in the background; returns its task (await it for the SendResult).
+
+        callback(result, None) or callback(None, error) runs when it completes. Validation errors raise here, at
+        once. Unlike `send` (which moves to another broker after a failure), a failed attempt is retried up to
+        `retry_times_when_send_async_failed` times on another queue of the SAME broker; ordered sends (queue or
+        selector given) are never retried.
+        """
+        if not self._started:
+            raise MQClientError("producer is not started")
+        prepared = self._prepare(msg, delay_level)
+        timeout = self.send_timeout if timeout is None else timeout
+        task = asyncio.get_running_loop().create_task(self._send_async(prepared, msg, selector, arg, queue, timeout))
+        if callback is not None:
+
+            def done(t: asyncio.Task) -> None:
+                if t.cancelled():
+                    result, error = None, asyncio.CancelledError()
+                else:
+                    error = t.exception()
+                    result = None if error is not None else t.result()
+                try:
+                    callback(result, error)
+                except Exception:
+                    log.exception("send_async callback raised")
+
+            task.add_done_callback(done)
+        return task
+
+    async def _send_async(self, prepared, msg, selector, arg, queue, timeout: float) -> SendResult:
+        if queue is not None or selector is not None:
+            mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+            return await self._send_to_queue(mq, prepared, timeout)
+        info = self._publish.get(prepared.topic)
+        if info is None or not info.queues:
+            info = await self._load_publish_info(prepared.topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        mq = info.select()
+        same_broker = [q for q in info.queues if q.broker_name == mq.broker_name]
+        index = same_broker.index(mq) if mq in same_broker else 0
+        last_error: Exception | None = None
+        for _attempt in range(1 + self.retry_times_when_send_async_failed):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                return await self._send_to_queue(mq, prepared, remaining)
+            except MQBrokerError as exc:
+                if exc.code not in RETRYABLE_SEND_CODES:
+                    raise
+                last_error = exc
+            except RemotingError as exc:
+                last_error = exc
+            index += 1
+            mq = same_broker[index % len(same_broker)]
+        raise last_error or RemotingTimeoutError(f"send to topic {prepared.topic!r} timed out after {timeout}s")
 
     async def send_batch(
         self,

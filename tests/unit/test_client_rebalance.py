@@ -8,7 +8,10 @@ import pytest
 from client import ConsumeResult, PushConsumer
 from client.consumer_ops import decode_messages
 from client.message import MessageQueue
-from client.rebalance import ProcessQueue, allocate_averagely, sort_queues
+from client.allocate import allocate_averagely, sort_queues
+from client.consume_service import ConsumeService
+from client.offset_store import OffsetStore
+from client.process_queue import ProcessQueue
 from protocol.ids import pack_host
 from protocol.message import encode_record
 
@@ -66,28 +69,33 @@ def test_process_queue_commits_smallest_unconsumed_offset():
     pq = ProcessQueue(MessageQueue("T", "b", 0))
     assert pq.remove([]) == -1
     batch = msgs([10, 11, 12, 13])
-    pq.add(batch)
+    pq.add(batch, 14)
     assert pq.remove([batch[1], batch[2]]) == 10  # 10 still in flight
     assert pq.remove([batch[0]]) == 13
     assert pq.remove([batch[3]]) == 14  # all done: next offset
     assert len(pq) == 0
 
 
-def make_consumer(listener):
-    c = PushConsumer("cg", "127.0.0.1:1")
-    c.register_listener(listener)
-    c._semaphore = asyncio.Semaphore(4)
-    c._started = True
-    return c
+class RecordingStore(OffsetStore):
+    async def fetch(self, mq, zero_if_not_found=True):
+        return -1
+
+
+def make_service(listener, send_back=None, clustering=True, batch=1):
+    async def accept(pq, m):
+        return True
+
+    return ConsumeService("cg", listener, RecordingStore(), send_back or accept, thread_max=4,
+                          batch_max_size=batch, clustering=clustering)
 
 
 async def test_consume_success_advances_offset():
-    c = make_consumer(lambda batch: ConsumeResult.SUCCESS)
+    svc = make_service(lambda batch: ConsumeResult.SUCCESS)
     pq = ProcessQueue(MessageQueue("T", "b", 0))
     batch = msgs([0, 1])
-    pq.add(batch)
-    await c._consume(pq, batch)
-    assert c._offsets[pq.mq] == 2
+    pq.add(batch, 2)
+    await svc.consume(pq, batch)
+    assert svc.offset_store.offsets[pq.mq] == 2
 
 
 async def test_consume_failure_is_sent_back_then_offset_advances():
@@ -96,18 +104,33 @@ async def test_consume_failure_is_sent_back_then_offset_advances():
     async def listener(batch):
         raise RuntimeError("boom")
 
-    c = make_consumer(listener)
-
-    async def fake_send_back(mq, m):
+    async def fake_send_back(pq, m):
         sent.append(m.queue_offset)
         return True
 
-    c._send_back = fake_send_back
+    svc = make_service(listener, fake_send_back)
     pq = ProcessQueue(MessageQueue("T", "b", 0))
     batch = msgs([5])
-    pq.add(batch)
-    await c._consume(pq, batch)
-    assert sent == [5] and c._offsets[pq.mq] == 6
+    pq.add(batch, 6)
+    await svc.consume(pq, batch)
+    assert sent == [5] and svc.offset_store.offsets[pq.mq] == 6
+
+
+async def test_broadcasting_failure_is_not_retried(caplog):
+    sent = []
+
+    async def fake_send_back(pq, m):
+        sent.append(m)
+        return True
+
+    svc = make_service(lambda batch: ConsumeResult.RECONSUME_LATER, fake_send_back, clustering=False)
+    pq = ProcessQueue(MessageQueue("T", "b", 0))
+    batch = msgs([3])
+    pq.add(batch, 4)
+    with caplog.at_level("WARNING"):
+        await svc.consume(pq, batch)
+    assert sent == [] and svc.offset_store.offsets[pq.mq] == 4
+    assert "not retried" in caplog.text
 
 
 async def test_failed_send_back_pins_offset_and_reconsumes_locally(monkeypatch):
@@ -117,39 +140,100 @@ async def test_failed_send_back_pins_offset_and_reconsumes_locally(monkeypatch):
         calls.append(batch[0].queue_offset)
         return ConsumeResult.RECONSUME_LATER if len(calls) == 1 else ConsumeResult.SUCCESS
 
-    c = make_consumer(listener)
-
-    async def refuse(mq, m):
+    async def refuse(pq, m):
         return False
 
-    c._send_back = refuse
+    svc = make_service(listener, refuse)
+    svc.running = True
     scheduled = []
     loop = asyncio.get_running_loop()
     monkeypatch.setattr(loop, "call_later", lambda delay, fn, *args: scheduled.append((delay, fn, args)))
     pq = ProcessQueue(MessageQueue("T", "b", 0))
     batch = msgs([7])
-    pq.add(batch)
-    await c._consume(pq, batch)
-    assert pq.mq not in c._offsets  # not committed past the failed message
+    pq.add(batch, 8)
+    await svc.consume(pq, batch)
+    assert pq.mq not in svc.offset_store.offsets  # not committed past the failed message
     [(delay, fn, args)] = scheduled
     assert delay == 5.0
     fn(*args)
-    await asyncio.gather(*list(c._consume_tasks))
-    assert calls == [7, 7] and c._offsets[pq.mq] == 8
+    assert svc.queued == 1
+    again_pq, again = svc._queue.get_nowait()
+    await svc.consume(again_pq, again)
+    assert calls == [7, 7] and svc.offset_store.offsets[pq.mq] == 8
 
 
 def test_retry_topic_messages_get_their_original_topic_back():
-    c = make_consumer(lambda batch: ConsumeResult.SUCCESS)
-    seen = []
-    c._consume = lambda pq, batch: seen.extend(batch) or asyncio.sleep(0)
+    svc = make_service(lambda batch: ConsumeResult.SUCCESS)
     batch = msgs([0], topic=b"%RETRY%cg", props="RETRY_TOPIC\x01Orders\x02")
+    svc.submit(ProcessQueue(MessageQueue("%RETRY%cg", "b", 0)), batch)
+    _pq, chunk = svc._queue.get_nowait()
+    assert chunk[0].topic == "Orders"
 
-    async def run():
-        c._dispatch(ProcessQueue(MessageQueue("%RETRY%cg", "b", 0)), batch)
-        await asyncio.sleep(0)
 
-    asyncio.run(run())
-    assert seen[0].topic == "Orders"
+def test_submit_cuts_batches_of_batch_max_size():
+    svc = make_service(lambda batch: ConsumeResult.SUCCESS, batch=3)
+    pq = ProcessQueue(MessageQueue("T", "b", 0))
+    batch = msgs(range(7))
+    pq.add(batch, 7)
+    svc.submit(pq, batch)
+    sizes = []
+    while svc.queued:
+        sizes.append(len(svc._queue.get_nowait()[1]))
+    assert sizes == [3, 3, 1]
+
+
+async def test_sync_listener_runs_in_the_thread_pool_and_async_on_the_loop():
+    import threading
+
+    seen = []
+
+    def blocking(batch):
+        seen.append(threading.current_thread().name)
+        return ConsumeResult.SUCCESS
+
+    async def coroutine(batch):
+        seen.append(threading.current_thread().name)
+
+    for listener in (blocking, coroutine):
+        svc = make_service(listener)
+        svc.start()
+        try:
+            pq = ProcessQueue(MessageQueue("T", "b", 0))
+            batch = msgs([0, 1, 2])
+            pq.add(batch, 3)
+            svc.submit(pq, batch)
+            for _ in range(200):
+                if svc.offset_store.offsets.get(pq.mq) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert svc.offset_store.offsets[pq.mq] == 3
+        finally:
+            await svc.shutdown(1.0)
+    assert all(name.startswith("consume-cg") for name in seen[:3])
+    assert seen[3:] == [threading.current_thread().name] * 3
+
+
+async def test_shutdown_waits_for_running_listener_and_hands_back_queued():
+    started = asyncio.Event()
+    release = asyncio.Event()
+    done = []
+
+    async def slow(batch):
+        started.set()
+        await release.wait()
+        done.append(batch[0].queue_offset)
+
+    svc = ConsumeService("cg", slow, RecordingStore(), None, thread_max=1)
+    svc.start()
+    pq = ProcessQueue(MessageQueue("T", "b", 0))
+    batch = msgs([0, 1, 2])
+    pq.add(batch, 3)
+    svc.submit(pq, batch)
+    await asyncio.wait_for(started.wait(), 2)
+    asyncio.get_running_loop().call_later(0.05, release.set)
+    await svc.shutdown(2.0)
+    assert done == [0]  # the running call finished; the two queued ones were handed back
+    assert svc.offset_store.offsets[pq.mq] == 1  # committed offset stops at the first unconsumed message
 
 
 def test_push_consumer_validates_configuration():

@@ -468,3 +468,37 @@ async def test_notify_consumer_ids_changed_triggers_rebalance(peers):
     finally:
         await consumer.shutdown()
     assert [c for c in b.received if c.code == 35][0].ext_fields["consumerGroup"] == "cg"
+
+
+async def test_send_async_retries_on_the_same_broker_and_calls_back(peers):
+    """Broker a refuses the first attempt of each message (busy, code 2); send_async retries another queue of a."""
+    attempts = {}
+
+    def first_refused(cmd):
+        uniq = decode_properties(SendMessageRequestHeader.decode_v2(cmd.ext_fields).properties)["UNIQ_KEY"]
+        attempts[uniq] = attempts.get(uniq, 0) + 1
+        return 2 if attempts[uniq] == 1 else 0
+
+    a = await peers(broker_handler(first_refused))
+    b = await peers(broker_handler(0))
+    ns = await name_server(peers, {"T": route_body([("a", a.addr), ("b", b.addr)], queues=2)})
+    called = []
+    async with Producer("pg", ns.addr, send_timeout=3.0) as producer:
+        results = []
+        for _ in range(6):
+            task = producer.send_async(Message("T", b"hi"), callback=lambda r, e: called.append((r, e)))
+            results.append(await task)
+        with pytest.raises(Exception, match="topic is empty"):
+            producer.send_async(Message("", b"x"))  # validation errors raise at once
+    sent_to_a = [c for c in a.received if c.code == 310]
+    sent_to_b = [c for c in b.received if c.code == 310]
+    # every message that first went to a was retried on a (never moved to b)
+    assert all(n == 2 for n in attempts.values()) and len(sent_to_a) == 2 * len(attempts)
+    assert len(attempts) + len(sent_to_b) == 6
+    assert [r.status.name for r in results] == ["SEND_OK"] * 6
+    assert len(called) == 6 and all(e is None for _, e in called)
+    retried_queues = {}
+    for c in sent_to_a:
+        h = SendMessageRequestHeader.decode_v2(c.ext_fields)
+        retried_queues.setdefault(decode_properties(h.properties)["UNIQ_KEY"], []).append(h.queue_id)
+    assert all(len(set(qs)) == 2 for qs in retried_queues.values())  # the retry used the other queue of a

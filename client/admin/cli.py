@@ -1,0 +1,199 @@
+"""``mqadmin``: RocketMQ-style admin sub-commands for this broker (and name server).
+
+Usage: ``mqadmin <subCommand> [options]`` — e.g. ``mqadmin updateTopic -n 127.0.0.1:9876 -t Orders -w 8``.
+Every sub-command takes ``-n host:port`` (default: $NAMESRV_ADDR or 127.0.0.1:9876), ``--json`` (machine
+output) and ``--timeout`` seconds, and has its own ``--help``.
+
+Exit codes: 0 ok, 1 request refused / failed, 2 usage error, 3 name server or broker unreachable,
+4 not found (unknown topic, group, message), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import datetime
+from typing import Callable
+
+from client.admin import AdminClient, AdminError
+from client.admin import commands
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds, or a local date-time: ``2024-05-01 12:00:00``, ISO ``2024-05-01T12:00``,
+    or RocketMQ's ``2024-05-01#12:00:00:000``."""
+    value = text.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    java = value.replace("#", " ")
+    if java.count(":") == 3:  # HH:mm:ss:SSS
+        head, _, millis = java.rpartition(":")
+        java = f"{head}.{millis}"
+    try:
+        return int(datetime.fromisoformat(java).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use epoch milliseconds or 'YYYY-MM-DD HH:MM:SS'") from None
+
+
+def _bool_arg(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namesrvAddr", dest="namesrv",
+                        default=os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV,
+                        help="name server address host:port[;host:port] (default: $NAMESRV_ADDR or %(default)s)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
+    return common
+
+
+def _target_options(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="one broker, host:port")
+    where.add_argument("-c", "--clusterName", dest="cluster", help="every master broker of this cluster")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mqadmin", description="Administer a RocketMQ-compatible broker cluster.",
+        epilog="Exit codes: 0 ok, 1 refused/failed, 2 usage, 3 unreachable, 4 not found.")
+    sub = parser.add_subparsers(dest="command", metavar="<subCommand>")
+    sub.required = True
+    common = _common_options()
+
+    def add(name: str, handler: Callable, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("updateTopic", commands.update_topic, "Create or update a topic on brokers (default: every master)")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-r", "--readQueueNums", dest="read_queues", type=_positive, default=8)
+    p.add_argument("-w", "--writeQueueNums", dest="write_queues", type=_positive, default=8)
+    p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 read+write (default 6)")
+    p.add_argument("-o", "--order", type=_bool_arg, default=False, help="ordered topic (true/false)")
+    _target_options(p)
+
+    p = add("deleteTopic", commands.delete_topic, "Delete a topic from its brokers and the name server")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-c", "--clusterName", dest="cluster", help="only on this cluster's brokers")
+
+    add("topicList", commands.topic_list, "List every topic known to the name server")
+
+    p = add("topicRoute", commands.topic_route, "Show the brokers and queues of a topic")
+    p.add_argument("-t", "--topic", required=True)
+
+    p = add("topicStatus", commands.topic_status, "Min/max offset and last update time of every queue of a topic")
+    p.add_argument("-t", "--topic", required=True)
+
+    p = add("updateSubGroup", commands.update_sub_group,
+            "Create or update a consumer (subscription) group on brokers (default: every master)")
+    p.add_argument("-g", "--groupName", dest="group", required=True)
+    p.add_argument("-r", "--retry-max", "--retryMaxTimes", dest="retry_max", type=int,
+                   help="deliveries before a message goes to the DLQ")
+    p.add_argument("-q", "--retryQueueNums", dest="retry_queues", type=int)
+    p.add_argument("-s", "--consumeEnable", dest="consume_enable", type=_bool_arg)
+    p.add_argument("-d", "--consumeBroadcastEnable", dest="broadcast_enable", type=_bool_arg)
+    p.add_argument("-o", "--consumeMessageOrderly", dest="orderly", type=_bool_arg)
+    _target_options(p)
+
+    p = add("consumerProgress", commands.consumer_progress,
+            "Per-queue broker offset, consumer offset and lag of a consumer group")
+    p.add_argument("-g", "--groupName", dest="group", required=True)
+    p.add_argument("-t", "--topic", help="only this topic")
+
+    p = add("consumerConnection", commands.consumer_connection, "Clients and subscriptions of an online consumer group")
+    p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+
+    p = add("queryMsgById", commands.query_msg_by_id, "Show a message by offset message id or message id (UNIQ_KEY)")
+    p.add_argument("-i", "--msgId", dest="msg_id", required=True)
+    p.add_argument("-t", "--topic", help="topic to search for a UNIQ_KEY id (default: every topic)")
+
+    p = add("queryMsgByKey", commands.query_msg_by_key, "Find messages of a topic by key (KEYS property)")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--msgKey", dest="key", required=True)
+    p.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time_ms, default=0)
+    p.add_argument("-e", "--endTimestamp", dest="end", type=parse_time_ms)
+    p.add_argument("-m", "--maxNum", dest="max_num", type=_positive, default=64)
+
+    p = add("queryMsgByOffset", commands.query_msg_by_offset, "Show the message at a queue offset")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--brokerName", dest="broker_name", required=True)
+    p.add_argument("-i", "--queueId", dest="queue_id", type=int, required=True)
+    p.add_argument("-o", "--offset", type=int, required=True)
+
+    p = add("printMsg", commands.print_msg, "Print the messages of a topic (optionally between two times)")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--beginTimestamp", dest="begin", type=parse_time_ms)
+    p.add_argument("-e", "--endTimestamp", dest="end", type=parse_time_ms)
+    p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=1000,
+                   help="stop after this many messages (default 1000)")
+
+    add("clusterList", commands.cluster_list, "List clusters and brokers with their traffic")
+
+    p = add("brokerStatus", commands.broker_status, "Runtime information of brokers (default: every master)")
+    _target_options(p)
+
+    p = add("dlqList", commands.dlq_list, "List the dead-letter messages of a consumer group")
+    p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+    p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=1000)
+
+    p = add("resendDlq", commands.resend_dlq,
+            "Re-send dead-letter messages of a group to their original topic and report what was sent")
+    p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("-i", "--msgId", dest="msg_id", help="one dead message (message id or offset id)")
+    which.add_argument("--all", action="store_true", help="every message in the group's DLQ")
+    p.add_argument("-t", "--topic", help="send to this topic instead of the original one")
+    p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=10_000)
+    return parser
+
+
+async def run(args: argparse.Namespace) -> int:
+    async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+        return int(await args.handler(admin, args) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except AdminError as exc:
+        print(f"mqadmin {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `mqadmin printMsg ... | head`
+        return 0
+    except Exception as exc:  # a bug or an unexpected answer: one line, not a traceback
+        print(f"mqadmin {args.command}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
