@@ -14,6 +14,7 @@ from broker.config import ConfigError, load_broker_config
 log = logging.getLogger("broker")
 
 EXIT_CONFIG_ERROR = 2
+EXIT_STORE_LOCKED = 3
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,7 +38,7 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 async def _serve(config) -> int:
-    from broker.broker import Broker
+    from broker.broker import Broker, StoreLockedError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -61,6 +62,10 @@ async def _serve(config) -> int:
     broker = Broker(config)
     try:
         await broker.start()
+    except StoreLockedError as exc:
+        print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
+        await broker.shutdown()
+        return EXIT_STORE_LOCKED
     except Exception as exc:
         log.error("broker failed to start: %s", exc, exc_info=True)
         await broker.shutdown()

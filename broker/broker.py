@@ -9,6 +9,8 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import logging
 import os
 import time
@@ -22,6 +24,7 @@ from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
+from broker.metrics import BrokerMetrics
 from broker.processors import build_dispatch_table, build_processors
 from broker.remoting_server import RemotingServer
 from broker.schedule.service import ScheduleMessageService
@@ -33,6 +36,54 @@ from protocol.ids import pack_host
 log = logging.getLogger(__name__)
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
+STORE_LOCK_FILE = "lock"
+
+
+class StoreLockedError(RuntimeError):
+    """Another running broker holds the store directory."""
+
+
+class StoreDirectoryLock:
+    """Exclusive ``flock`` on ``<storePathRootDir>/lock`` for the broker's whole life, taken before any
+    file of the store or its config is read or written; the holder's pid is written into the file."""
+
+    def __init__(self, root_dir: str) -> None:
+        self.root_dir = root_dir
+        self.path = os.path.join(root_dir, STORE_LOCK_FILE)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        os.makedirs(self.root_dir, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            try:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            except OSError:
+                holder = ""
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f"pid {holder}" if holder.isdigit() else "another process"
+                raise StoreLockedError(f"store directory {self.root_dir} is locked by another running broker "
+                                       f"({who}); refusing to start") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            os.close(fd)
 
 
 class Broker:
@@ -56,6 +107,11 @@ class Broker:
         self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
+        self.boot_timestamp_ms = int(time.time() * 1000)
+        self.store_lock = StoreDirectoryLock(config.store_path_root_dir)
+        # Observes send/pull/heartbeat from the dispatch layer (per request, never per message).
+        self.metrics = BrokerMetrics(self)
+        self.metrics.install(self.dispatch_table, self.processors)
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker")
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
@@ -86,6 +142,7 @@ class Broker:
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        self.store_lock.acquire()  # before reading or writing anything under the store directory
         os.makedirs(cfg.config_dir, exist_ok=True)
         self.topic_config_manager.load()
         self.subscription_group_manager.load()
@@ -95,6 +152,7 @@ class Broker:
         self.store.load()
         self._recover_topics_from_store()
         self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
+        self.metrics.attach_store(self.store)
         await self.store.start()
         self._started = True
         if cfg.is_master:
@@ -116,6 +174,7 @@ class Broker:
         await self.registrar.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
+        await self.metrics.start()
 
     def _recover_topics_from_store(self) -> None:
         """Topics auto-created just before a crash may have queues on disk but no entry in topics.json
@@ -149,6 +208,10 @@ class Broker:
         for server in self.servers:
             await server.stop_accepting()
         try:
+            await self.metrics.stop()
+        except Exception:
+            log.exception("stopping the metrics endpoint failed")
+        try:
             self.processors["pull"].release_all()
         except Exception:
             log.exception("releasing held pulls failed")
@@ -170,9 +233,12 @@ class Broker:
             await server.close()
         if self.namesrv is not None:
             await self.namesrv.close()
+        if not self.store_lock.held:
+            return  # never owned the store directory: touch nothing in it
         self._persist_all()
         if self._started:
             await self.store.shutdown()
+        self.store_lock.release()
 
     def _persist_all(self) -> None:
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,
@@ -185,6 +251,10 @@ class Broker:
     # ---- services -------------------------------------------------------------------------------
     def notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
         """One-way NOTIFY_CONSUMER_IDS_CHANGED (40) to every channel of `group`."""
+        info = self.consumer_manager.get_group(group)
+        members = sorted(info.client_ids()) if info is not None else []
+        log.info("consumer group %s changed (members or subscriptions): %d client(s) %s; notifying for rebalance",
+                 group, len(members), ", ".join(members))
         for channel in channels:
             request = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                               {"consumerGroup": group}, opaque=0, oneway=True)

@@ -128,6 +128,7 @@ class BrokerConfig:
     namesrv_addr: str | None = field(default_factory=_env_namesrv_addr)
     frame_max_length: int = 16 * 1024 * 1024
     metrics_port: int = 0
+    slow_flush_warn_millis: int = 1000  # project key: log a warning when one commit-log flush takes this long
     enable_embedded_namesrv: bool = True
     namesrv_listen_port: int = 9876
     register_name_server_period: int = 30_000

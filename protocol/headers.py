@@ -536,4 +536,17 @@ class ResendDlqMessageRequestHeader(Header):
     topic = F("topic", str)
     queue_id = F("queueId", int, default=-1)
 
+
+class DeleteTopicFromNamesrvRequestHeader(Header):
+    """DELETE_TOPIC_IN_NAMESRV (216); ``clusterName`` limits the deletion to that cluster's brokers."""
+
+    topic = F("topic", str, required=True)
+    cluster_name = F("clusterName", str)
+
+
+class DeleteSubscriptionGroupRequestHeader(Header):
+    group_name = F("groupName", str, required=True)
+    clean_offset = F("cleanOffset", bool, default=False)
+
+
 __all__ += [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, Header) and obj is not Header]

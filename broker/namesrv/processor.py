@@ -13,6 +13,7 @@ from broker.namesrv.route_info import RouteInfoManager
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
+    DeleteTopicFromNamesrvRequestHeader,
     GetRouteInfoRequestHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
@@ -46,6 +47,7 @@ class NamesrvProcessor:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
         }
 
     # -- 105 ---------------------------------------------------------------------------------------
@@ -125,6 +127,13 @@ class NamesrvProcessor:
     def get_all_topic_list(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         body = dumps_compact({"topicList": self.route_info.get_all_topic_list()})
         return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    def delete_topic_in_namesrv(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """216: drop a topic's routes (mqadmin deleteTopic, after deleting it on the brokers)."""
+        header = DeleteTopicFromNamesrvRequestHeader.decode(cmd.ext_fields)
+        if self.route_info.delete_topic(header.topic, header.cluster_name):
+            log.info("topic %s deleted from the name server (cluster %s)", header.topic, header.cluster_name or "*")
+        return cmd.make_response(ResponseCode.SUCCESS)
 
     def get_kv_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         """No KV store (order-topic config): answer "not found" like an empty Java name server."""

@@ -267,5 +267,14 @@ class RouteInfoManager:
         names = self.cluster_addr_table.get(cluster, set())
         return sorted(t for t, q in self.topic_queue_table.items() if names.intersection(q))
 
-    def delete_topic(self, topic: str) -> bool:
-        return self.topic_queue_table.pop(topic, None) is not None
+    def delete_topic(self, topic: str, cluster: str | None = None) -> bool:
+        """Forget ``topic`` (only its queues on ``cluster``'s brokers when a cluster is given)."""
+        if not cluster:
+            return self.topic_queue_table.pop(topic, None) is not None
+        queues = self.topic_queue_table.get(topic)
+        if not queues:
+            return False
+        doomed = [name for name in queues if name in self.cluster_addr_table.get(cluster, set())]
+        for broker_name in doomed:
+            self._remove_topic_of(topic, broker_name)
+        return bool(doomed)

@@ -1,0 +1,268 @@
+"""Admin requests (mqadmin and Java admin tools), answered in the reference broker's body formats.
+
+UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
+GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_CONSUMER_CONNECTION_LIST (203),
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201),
+DELETE_SUBSCRIPTIONGROUP (207), GET_BROKER_RUNTIME_INFO (28), GET_ALL_CONSUMER_OFFSET (43),
+GET_BROKER_CONFIG (26).
+
+None of these is on a hot path; they read manager and store state directly on the loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker.managers.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, validate_topic
+from protocol.admin_bodies import (
+    ConsumeStats,
+    Connection,
+    ConsumerConnection,
+    KVTable,
+    OffsetWrapper,
+    TopicOffset,
+    TopicStatsTable,
+)
+from protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig
+from protocol.codes import BROKER_VERSION, PERM_PRIORITY, RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
+from protocol.jsonlenient import dumps_compact
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUE_NUMS = 1024
+VERSION_DESC = "V5_3_3 (pyrocketmq-broker)"
+_ALL_PERMS = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
+
+
+def _runtime_text(seconds: float) -> str:
+    """RocketMQ's "runtime" format: ``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
+
+
+class AdminProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.offsets = broker.consumer_offset_manager
+        self.consumers = broker.consumer_manager
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+        }
+
+    # ---- topics ---------------------------------------------------------------------------------
+    def update_and_create_topic(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = CreateTopicRequestHeader.decode(cmd.ext_fields)
+        topic = header.topic
+        problem = validate_topic(topic)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
+        if topic == self.config.broker_cluster_name or topic == self.config.broker_name:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     f"The topic[{topic}] is conflict with system topic.")
+        for name, value in (("readQueueNums", header.read_queue_nums), ("writeQueueNums", header.write_queue_nums)):
+            if not 0 < value <= MAX_QUEUE_NUMS:
+                return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                         f"{name} must be between 1 and {MAX_QUEUE_NUMS}, got {value}")
+        if header.perm & ~_ALL_PERMS or header.perm < 0:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"perm must be within 0..15, got {header.perm}")
+        filter_type = (header.topic_filter_type or "SINGLE_TAG").upper()
+        old = self.topics.get(topic)
+        new = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,
+                          filter_type if filter_type in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG",
+                          header.topic_sys_flag or 0, bool(header.order),
+                          old.attributes if old is not None else None)
+        self.topics.update_topic(new)
+        log.info("topic %s %s by %s: read=%d write=%d perm=%d", topic, "updated" if old else "created",
+                 getattr(channel, "remote_addr", "?"), new.read_queue_nums, new.write_queue_nums, new.perm)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = DeleteTopicRequestHeader.decode(cmd.ext_fields)
+        topic = header.topic
+        problem = validate_topic(topic)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
+        if self.topics.is_system_topic(topic):
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     f"The topic[{topic}] is conflict with system topic.")
+        existed = self.topics.delete_topic(topic)
+        self.store.delete_topic(topic)
+        self.offsets.remove_topic(topic)
+        if existed:
+            log.info("topic %s deleted by %s", topic, getattr(channel, "remote_addr", "?"))
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.topics.encode()))
+
+    def get_topic_stats_info(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetTopicStatsInfoRequestHeader.decode(cmd.ext_fields)
+        topic = header.topic
+        config = self.topics.get(topic)
+        if config is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = self.store
+        table = TopicStatsTable()
+        broker_name = self.config.broker_name
+        for queue_id in range(max(config.write_queue_nums, config.read_queue_nums)):
+            max_offset = store.get_max_offset(topic, queue_id)
+            last = store.get_message_store_time(topic, queue_id, max_offset - 1) if max_offset > 0 else 0
+            table.offset_table[MessageQueue(topic, broker_name, queue_id)] = TopicOffset(
+                store.get_min_offset(topic, queue_id), max_offset, max(last, 0))
+        return cmd.make_response(ResponseCode.SUCCESS, body=table.encode())
+
+    # ---- consumer groups ------------------------------------------------------------------------
+    def _group_topics(self, group: str) -> set[str]:
+        topics = set(self.offsets.topics_of_group(group))
+        info = self.consumers.get_group(group)
+        if info is not None:
+            topics.update(info.subscriptions)
+        return topics
+
+    def get_consume_stats(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetConsumeStatsRequestHeader.decode(cmd.ext_fields)
+        group = header.consumer_group
+        topics = [header.topic] if header.topic else sorted(self._group_topics(group))
+        stats = ConsumeStats()
+        store = self.store
+        broker_name = self.config.broker_name
+        for topic in topics:
+            config = self.topics.get(topic)
+            if config is None:
+                continue
+            for queue_id in range(config.read_queue_nums):
+                broker_offset = store.get_max_offset(topic, queue_id)
+                consumer_offset = max(0, self.offsets.query_offset(group, topic, queue_id))
+                last = store.get_message_store_time(topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+                stats.offset_table[MessageQueue(topic, broker_name, queue_id)] = OffsetWrapper(
+                    broker_offset, consumer_offset, max(last, 0))
+        metrics = getattr(self.broker, "metrics", None)
+        if metrics is not None:
+            stats.consume_tps = metrics.consume_tps(group)
+        return cmd.make_response(ResponseCode.SUCCESS, body=stats.encode())
+
+    def get_consumer_connection_list(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerConnectionListRequestHeader.decode(cmd.ext_fields)
+        group = header.consumer_group
+        info = self.consumers.get_group(group)
+        if info is None or not info.clients:
+            return cmd.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = ConsumerConnection(
+            connection_set=[Connection(c.client_id, getattr(c.channel, "remote_addr", ""), str(c.language), c.version)
+                            for c in info.clients.values()],
+            subscription_table=dict(info.subscriptions),
+            consume_type=info.consume_type,
+            message_model=info.message_model,
+            consume_from_where=info.consume_from_where,
+        )
+        return cmd.make_response(ResponseCode.SUCCESS, body=body.encode())
+
+    def update_and_create_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            config = SubscriptionGroupConfig.decode(cmd.body) if cmd.body else None
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed SubscriptionGroupConfig: {exc}")
+        if config is None or not config.group_name:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, "SubscriptionGroupConfig body needs 'groupName'")
+        if config.retry_queue_nums < 0 or config.retry_max_times < -1:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
+                                     "retryQueueNums must be >= 0 and retryMaxTimes >= -1")
+        existed = self.groups.find(config.group_name) is not None
+        self.groups.update(config)
+        log.info("subscription group %s %s by %s (retryQueueNums=%d retryMaxTimes=%d consumeEnable=%s)",
+                 config.group_name, "updated" if existed else "created", getattr(channel, "remote_addr", "?"),
+                 config.retry_queue_nums, config.retry_max_times, config.consume_enable)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.groups.encode()))
+
+    def delete_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        header = DeleteSubscriptionGroupRequestHeader.decode(cmd.ext_fields)
+        self.groups.delete(header.group_name)
+        if header.clean_offset:
+            self.offsets.remove_group(header.group_name)
+        return cmd.make_response(ResponseCode.SUCCESS)
+
+    def get_all_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.offsets.encode()))
+
+    # ---- broker ---------------------------------------------------------------------------------
+    def get_broker_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        props = self.config.to_properties()
+        body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode("utf-8")
+        return cmd.make_response(ResponseCode.SUCCESS, body=body)
+
+    def runtime_info(self) -> dict[str, Any]:
+        broker = self.broker
+        cfg = self.config
+        store = self.store
+        stats = store.runtime_stats()
+        boot_ms = getattr(broker, "boot_timestamp_ms", 0) or 0
+        info: dict[str, Any] = {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": BROKER_VERSION,
+            "brokerName": cfg.broker_name,
+            "brokerAddr": cfg.broker_addr,
+            "brokerRole": cfg.broker_role,
+            "clusterName": cfg.broker_cluster_name,
+            "bootTimestamp": boot_ms,
+            "runtime": _runtime_text(time.time() - boot_ms / 1000.0) if boot_ms else "",
+            "pid": os.getpid(),
+            "storePathRootDir": cfg.store_path_root_dir,
+            "flushDiskType": cfg.flush_disk_type,
+            "msgPutTotalTodayNow": stats.get("put_messages", 0),
+            "msgGetTotalTodayNow": stats.get("get_messages", 0),
+            "putMessageBytesTotal": stats.get("put_bytes", 0),
+            "commitLogMinOffset": stats.get("commit_log_min_offset", 0),
+            "commitLogMaxOffset": stats.get("commit_log_max_offset", 0),
+            "commitLogFlushedOffset": stats.get("commit_log_flushed_offset", 0),
+            "commitLogDiskRatio": round(float(stats.get("disk_used_ratio", 0.0) or 0.0), 4),
+            "topicCount": len(self.topics.topic_names()),
+            "consumerGroupCount": len(self.consumers.groups),
+            "producerGroupCount": len(broker.producer_manager.group_names()),
+            "connectionCount": sum(len(server.channels) for server in broker.servers),
+            "suspendedPullCount": broker.processors["pull"].hold_service.held_count,
+        }
+        metrics = getattr(broker, "metrics", None)
+        if metrics is not None:
+            info.update(metrics.runtime_rates())
+        return info
+
+    def get_broker_runtime_info(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable.of(self.runtime_info().items()).encode())

@@ -1,0 +1,96 @@
+"""Prometheus endpoint (metricsPort) scraped after real traffic."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import free_port
+from protocol.codes import RequestCode as RC
+from protocol.ids import decode_offset_msg_id
+
+from .wire import WireClient, props, pull_fields, send_v2_fields
+
+SUB, SUSPEND = 0x4, 0x2
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, "", exc.read().decode()
+
+
+async def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    status, content_type, text = await asyncio.get_running_loop().run_in_executor(
+        None, _get, f"http://127.0.0.1:{port}/metrics")
+    assert status == 200 and content_type.startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+async def test_metrics_after_traffic(broker_factory):
+    port = free_port()
+    broker = broker_factory("broker-m", extra={"metricsPort": port, "flushIntervalCommitLog": 50})
+    async with await WireClient.connect(broker.addr) as client:
+        sent = []
+        for i in range(6):
+            resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("MTopic", 0, props(TAGS="a")),
+                                        b"x" * 100)
+            assert resp.code == 0
+            sent.append(resp.ext_fields["msgId"])
+        refused = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("SCHEDULE_TOPIC_XXXX", 0), b"no")
+        assert refused.code != 0
+        pulled = await client.request(RC.PULL_MESSAGE, pull_fields("MTopic", "mgroup", 0, 0, max_nums=4))
+        assert pulled.code == 0
+        await client.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "mgroup", "topic": "MTopic",
+                                                         "queueId": "0", "commitOffset": "4"})
+        dead = await client.request(RC.CONSUMER_SEND_MSG_BACK, {
+            "offset": str(decode_offset_msg_id(sent[0])[2]), "group": "mgroup", "delayLevel": "-1",
+            "originMsgId": sent[0], "originTopic": "MTopic"})
+        assert dead.code == 0
+        held = asyncio.ensure_future(client.request(
+            RC.PULL_MESSAGE, pull_fields("MTopic", "mgroup", 0, 6, sys_flag=SUB | SUSPEND, suspend_ms=10_000),
+            timeout=15))
+        await asyncio.sleep(0.3)
+
+        deadline = time.monotonic() + 10
+        while True:
+            m = await scrape(port)
+            if m.get(("rocketmq_flush_latency_seconds_count", ()), 0) > 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+
+        assert m[("rocketmq_messages_in_total", (("topic", "MTopic"),))] == 6
+        assert m[("rocketmq_bytes_in_total", (("topic", "MTopic"),))] == 600
+        assert m[("rocketmq_messages_out_total", (("topic", "MTopic"),))] == 4
+        assert m[("rocketmq_bytes_out_total", (("topic", "MTopic"),))] > 400
+        assert m[("rocketmq_send_latency_seconds_count", ())] == 7  # per request, refused one included
+        assert m[("rocketmq_pull_latency_seconds_count", ())] >= 1
+        assert m[("rocketmq_requests_rejected_total", (("code", "NO_PERMISSION"), ("family", "send")))] == 1
+        assert m[("rocketmq_consumer_lag", (("group", "mgroup"), ("topic", "MTopic")))] == 2
+        assert m[("rocketmq_dlq_messages_total", (("group", "mgroup"),))] == 1
+        assert m[("rocketmq_suspended_pulls", ())] == 1
+        assert m[("rocketmq_connections", ())] >= 1
+        assert m[("rocketmq_store_commitlog_bytes", ())] > 600
+        assert m[("rocketmq_store_size_bytes", (("part", "commitlog"),))] > 0
+        assert m[("rocketmq_flush_latency_seconds_count", ())] > 0
+
+        await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("MTopic", 0), b"wake")
+        assert (await asyncio.wait_for(held, 10)).code == 0
+        after = await scrape(port)
+        assert after[("rocketmq_suspended_pulls", ())] == 0
+        assert after[("rocketmq_messages_out_total", (("topic", "MTopic"),))] == 5
+
+    status, _, _ = await asyncio.get_running_loop().run_in_executor(
+        None, _get, f"http://127.0.0.1:{port}/nothing-here")
+    assert status == 404
+    assert "rejected SEND_MESSAGE_V2" in broker.log_text()  # warnings reach the log even at WARNING level

@@ -1,0 +1,180 @@
+"""mqadmin run as a subprocess against the real broker: output, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from protocol.codes import RequestCode as RC
+from protocol.ids import decode_offset_msg_id
+
+from conftest import PROJECT_ROOT, free_port
+from .wire import WireClient, props, send_v2_fields
+
+CLI_TIMEOUT_S = 30
+
+
+def mqadmin(namesrv: str | None, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("NAMESRV_ADDR", None)
+    argv = [sys.executable, "-m", "client.admin.cli", *args]
+    if namesrv:
+        argv += ["-n", namesrv]
+    return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+
+
+def ok_json(namesrv: str, *args: str):
+    result = mqadmin(namesrv, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+async def _send(broker, topic: str, count: int, *, queue_id: int = 0, key_prefix: str = "k") -> list[dict]:
+    acks = []
+    async with await WireClient.connect(broker.addr) as client:
+        for i in range(count):
+            uniq = f"{topic[:8]:0>8}{i:024d}".upper()
+            resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(
+                topic, queue_id, props(KEYS=f"{key_prefix}{i}", TAGS="tagA", UNIQ_KEY=uniq)), f"body-{i}".encode())
+            assert resp.code == 0, resp.remark
+            acks.append(dict(resp.ext_fields, uniq=uniq))
+    return acks
+
+
+def test_help_usage_and_unreachable():
+    assert mqadmin(None, "--help").returncode == 0
+    topic_help = mqadmin(None, "topicStatus", "--help")
+    assert topic_help.returncode == 0 and "-t TOPIC" in topic_help.stdout
+    missing = mqadmin(None, "topicStatus")
+    assert missing.returncode == 2 and "required" in missing.stderr
+    unreachable = mqadmin(f"127.0.0.1:{free_port()}", "topicList", "--timeout", "2")
+    assert unreachable.returncode == 3
+    assert "cannot connect to name server" in unreachable.stderr
+
+
+async def test_topic_commands(shared_broker):
+    ns = shared_broker.namesrv_addr
+    created = mqadmin(ns, "updateTopic", "-t", "AdminTopic", "-r", "2", "-w", "2")
+    assert created.returncode == 0, created.stderr
+    assert f"create topic to {shared_broker.addr} success." in created.stdout
+    assert "AdminTopic" in mqadmin(ns, "topicList").stdout.split()
+    route = ok_json(ns, "topicRoute", "-t", "AdminTopic")
+    assert route["queueDatas"][0]["readQueueNums"] == 2
+    assert route["brokerDatas"][0]["brokerAddrs"]["0"] == shared_broker.addr
+
+    await _send(shared_broker, "AdminTopic", 3, queue_id=1)
+    status = ok_json(ns, "topicStatus", "-t", "AdminTopic")
+    assert [(q["queueId"], q["maxOffset"]) for q in status["queues"]] == [(0, 0), (1, 3)]
+    assert status["queues"][1]["lastUpdateTimestamp"] > 0
+    table = mqadmin(ns, "topicStatus", "-t", "AdminTopic").stdout
+    assert "#Max Offset" in table and "broker-shared" in table
+
+    deleted = mqadmin(ns, "deleteTopic", "-t", "AdminTopic")
+    assert deleted.returncode == 0, deleted.stderr
+    gone = mqadmin(ns, "topicRoute", "-t", "AdminTopic")
+    assert gone.returncode == 4 and "does not exist" in gone.stderr
+    assert mqadmin(ns, "topicStatus", "-t", "NoSuchTopic").returncode == 4
+    bad = mqadmin(ns, "updateTopic", "-t", "bad topic!")
+    assert bad.returncode == 1 and "illegal characters" in bad.stderr
+
+
+async def test_message_queries(shared_broker):
+    ns = shared_broker.namesrv_addr
+    acks = await _send(shared_broker, "AdminMsgs", 4)
+    by_key = ok_json(ns, "queryMsgByKey", "-t", "AdminMsgs", "-k", "k2")
+    assert [m["body"] for m in by_key] == ["body-2"]
+    by_uniq = ok_json(ns, "queryMsgById", "-i", acks[1]["uniq"], "-t", "AdminMsgs")
+    assert by_uniq["body"] == "body-1" and by_uniq["msgId"] == acks[1]["uniq"]
+    by_offset_id = mqadmin(ns, "queryMsgById", "-i", acks[3]["msgId"])
+    assert by_offset_id.returncode == 0 and "body-3" in by_offset_id.stdout and "Store Timestamp" in by_offset_id.stdout
+    at_offset = ok_json(ns, "queryMsgByOffset", "-t", "AdminMsgs", "-b", "broker-shared", "-i", "0", "-o", "2")
+    assert at_offset["body"] == "body-2" and at_offset["queueOffset"] == 2
+    printed = ok_json(ns, "printMsg", "-t", "AdminMsgs")
+    assert [m["body"] for m in printed] == [f"body-{i}" for i in range(4)]
+    limited = mqadmin(ns, "printMsg", "-t", "AdminMsgs", "-m", "2")
+    assert limited.returncode == 0 and "limit reached" in limited.stdout
+    assert mqadmin(ns, "queryMsgByKey", "-t", "AdminMsgs", "-k", "nope").returncode == 4
+    assert mqadmin(ns, "queryMsgById", "-i", "F" * 32, "-t", "AdminMsgs").returncode == 4
+    assert mqadmin(ns, "queryMsgByOffset", "-t", "AdminMsgs", "-b", "broker-shared", "-i", "0", "-o", "99"
+                   ).returncode == 4
+
+
+async def test_consumer_group_commands(shared_broker):
+    ns = shared_broker.namesrv_addr
+    await _send(shared_broker, "AdminProgress", 5)
+    async with await WireClient.connect(shared_broker.addr) as consumer:
+        assert (await consumer.heartbeat("127.0.0.1@admin-test", consumer_group="AdminGroup",
+                                         topic="AdminProgress")).code == 0
+        await consumer.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "AdminGroup", "topic": "AdminProgress",
+                                                           "queueId": "0", "commitOffset": "2"})
+        progress = ok_json(ns, "consumerProgress", "-g", "AdminGroup", "-t", "AdminProgress")
+        queue0 = [q for q in progress["queues"] if q["queueId"] == 0][0]
+        assert (queue0["brokerOffset"], queue0["consumerOffset"], queue0["diff"]) == (5, 2, 3)
+        assert progress["diffTotal"] == 3
+        human = mqadmin(ns, "consumerProgress", "-g", "AdminGroup")
+        assert human.returncode == 0 and "Consume Diff Total: 3" in human.stdout
+        connection = mqadmin(ns, "consumerConnection", "-g", "AdminGroup")
+        assert connection.returncode == 0, connection.stderr
+        assert "127.0.0.1@admin-test" in connection.stdout and "AdminProgress" in connection.stdout
+        assert "CLUSTERING" in connection.stdout
+    offline = mqadmin(ns, "consumerConnection", "-g", "NobodyHere")
+    assert offline.returncode == 4 and "not online" in offline.stderr
+    assert mqadmin(ns, "consumerProgress", "-g", "NobodyHere").returncode == 4
+
+    updated = ok_json(ns, "updateSubGroup", "-g", "AdminGroup", "--retry-max", "2")
+    assert updated["subscriptionGroupConfig"]["retryMaxTimes"] == 2
+    again = ok_json(ns, "updateSubGroup", "-g", "AdminGroup", "-q", "3")  # keeps the earlier change
+    assert (again["subscriptionGroupConfig"]["retryMaxTimes"], again["subscriptionGroupConfig"]["retryQueueNums"]) \
+        == (2, 3)
+
+
+async def test_cluster_and_broker_status(shared_broker):
+    ns = shared_broker.namesrv_addr
+    cluster = mqadmin(ns, "clusterList")
+    assert cluster.returncode == 0 and "DefaultCluster" in cluster.stdout and shared_broker.addr in cluster.stdout
+    status = ok_json(ns, "brokerStatus")
+    info = status[shared_broker.addr]
+    assert info["brokerName"] == "broker-shared" and int(info["commitLogMaxOffset"]) >= 0
+    one = mqadmin(ns, "brokerStatus", "-b", shared_broker.addr)
+    assert one.returncode == 0 and "msgPutTotalTodayNow" in one.stdout
+    assert mqadmin(ns, "brokerStatus", "-c", "NoSuchCluster").returncode == 4
+
+
+async def test_dead_letter_list_and_resend(shared_broker):
+    ns = shared_broker.namesrv_addr
+    acks = await _send(shared_broker, "AdminDlqSrc", 2)
+    async with await WireClient.connect(shared_broker.addr) as client:
+        for ack in acks:
+            phys = decode_offset_msg_id(ack["msgId"])[2]
+            resp = await client.request(RC.CONSUMER_SEND_MSG_BACK, {
+                "offset": str(phys), "group": "AdminDlqGroup", "delayLevel": "-1", "originMsgId": ack["msgId"],
+                "originTopic": "AdminDlqSrc", "maxReconsumeTimes": "16"})
+            assert resp.code == 0, resp.remark
+    listed = ok_json(ns, "dlqList", "-g", "AdminDlqGroup")
+    assert [(m["originalTopic"], m["body"]) for m in listed["messages"]] == [("AdminDlqSrc", "body-0"),
+                                                                              ("AdminDlqSrc", "body-1")]
+    human = mqadmin(ns, "dlqList", "-g", "AdminDlqGroup")
+    assert "2 dead message(s)" in human.stdout
+
+    one = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[0]["uniq"])
+    assert [(r["deadMsgId"], r["topic"]) for r in one["resent"]] == [(acks[0]["uniq"], "AdminDlqSrc")]
+    everything = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all")
+    assert everything.returncode == 0, everything.stderr
+    assert "re-sent 2 message(s)" in everything.stdout and acks[1]["uniq"] in everything.stdout
+    bodies = [m["body"] for m in ok_json(ns, "printMsg", "-t", "AdminDlqSrc")]
+    assert sorted(bodies) == ["body-0", "body-0", "body-0", "body-1", "body-1"]
+
+    assert mqadmin(ns, "dlqList", "-g", "NoDeadLetters").returncode == 4
+    missing = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", "NOSUCHID")
+    assert missing.returncode == 4
+
+
+@pytest.mark.parametrize("command", ["updateTopic", "deleteTopic", "consumerProgress", "queryMsgByOffset",
+                                     "printMsg", "resendDlq"])
+def test_every_sub_command_has_help(command):
+    result = mqadmin(None, command, "--help")
+    assert result.returncode == 0 and "--json" in result.stdout
