@@ -93,8 +93,6 @@ class Broker:
         self.config = config
         self.store_host: bytes = pack_host(config.broker_ip1 or "127.0.0.1", config.listen_port)
         store_config = config.to_store_config()
-        # The broker's parser also accepts "ms" levels (e.g. "100ms" in tests); hand the store its result.
-        store_config.delay_levels_ms = config.delay_levels_ms
         self.store = MessageStore(store_config)
         config_dir = config.config_dir
         self.topic_config_manager = TopicConfigManager(config, config_dir)

@@ -42,11 +42,16 @@ class FlushService:
         self._running = True
         self._wakeup = asyncio.Event()
         self._cl_lock = asyncio.Lock()
-        if self.store.config.sync_flush:
+        config = self.store.config
+        if config.sync_flush:
             self._tasks.append(asyncio.create_task(self._group_commit_loop(), name="store-group-commit"))
         else:
-            self._tasks.append(asyncio.create_task(self._async_flush_loop(), name="store-flush-commitlog"))
-        self._tasks.append(asyncio.create_task(self._logic_flush_loop(), name="store-flush-logics"))
+            self._tasks.append(asyncio.create_task(
+                self._every(config.flush_interval_commit_log_ms, self.flush_commit_log, "commit log"),
+                name="store-flush-commitlog"))
+        self._tasks.append(asyncio.create_task(
+            self._every(config.flush_interval_consume_queue_ms, self.flush_logics, "consume queue / index"),
+            name="store-flush-logics"))
 
     async def stop(self) -> None:
         self._running = False
@@ -133,15 +138,6 @@ class FlushService:
                     if not fut.done():
                         fut.set_result(ok and flushed >= offset)
 
-    async def _async_flush_loop(self) -> None:
-        interval = max(0.001, self.store.config.flush_interval_commit_log_ms / 1000)
-        while self._running:
-            await asyncio.sleep(interval)
-            try:
-                await self.flush_commit_log()
-            except OSError as exc:
-                log.error("commit log flush failed: %s", exc)
-
     # -- consume queues, index, checkpoint ---------------------------------------
     async def flush_logics(self) -> None:
         """Flush CQ and index files, then persist the checkpoint."""
@@ -165,11 +161,12 @@ class FlushService:
             cp.index_msg_timestamp = last_ts
         await loop.run_in_executor(self._logic_executor, cp.save)
 
-    async def _logic_flush_loop(self) -> None:
-        interval = max(0.001, self.store.config.flush_interval_consume_queue_ms / 1000)
+    async def _every(self, interval_ms: int, flush, what: str) -> None:
+        """Run ``flush`` every ``interval_ms`` until stopped; a failed flush is logged and retried next time."""
+        interval = max(0.001, interval_ms / 1000)
         while self._running:
             await asyncio.sleep(interval)
             try:
-                await self.flush_logics()
+                await flush()
             except OSError as exc:
-                log.error("consume queue / index flush failed: %s", exc)
+                log.error("%s flush failed: %s", what, exc)

@@ -18,7 +18,7 @@ from operator import itemgetter
 
 from protocol.hashing import index_key_hash, java_string_hash
 
-from .mapped_file import _allocate, fdatasync_path
+from .mapped_file import _allocate, fdatasync_path, remove_file, unmap
 
 log = logging.getLogger(__name__)
 
@@ -159,27 +159,41 @@ class IndexFile:
         HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                          self.end_phy_offset, self.hash_slot_count, self.index_count)
 
+    def _time_diff(self, store_timestamp: int) -> int:
+        """Seconds since the file's first entry, clamped to [0, INT_MAX] (0 while the file is empty)."""
+        begin = self.begin_timestamp
+        if begin <= 0:
+            return 0
+        diff = (store_timestamp - begin) // 1000
+        return diff if 0 <= diff <= _INT_MAX else (0 if diff < 0 else _INT_MAX)
+
+    def _entries_written(self, old_count: int, new_count: int, new_slots: int, first_phys: int, last_phys: int,
+                         store_timestamp: int) -> None:
+        """Header bookkeeping after entries ``old_count .. new_count-1`` were written (a file's first entry sets
+        the begin fields)."""
+        if old_count <= 1:
+            self.begin_phy_offset = first_phys
+            self.begin_timestamp = store_timestamp
+        self.index_count = new_count
+        self.hash_slot_count += new_slots
+        self.end_phy_offset = last_phys
+        self.end_timestamp = store_timestamp
+        self.write_header()
+
     def put_many(self, hashes: list[int], phys: list[int], store_timestamp: int, start: int = 0) -> int:
         """Add entries ``hashes[start:]`` (parallel ``phys``) stored at ``store_timestamp``.
 
         Returns the index one past the last entry written (stops when the file is full)."""
         mm = self.mm
-        count = self.index_count
+        old_count = count = self.index_count
         limit = self.index_num
         slot_num = self.slot_num
         base = self.entries_base
         slot_unpack = SLOT.unpack_from
         slot_pack = SLOT.pack_into
         entry_pack = ENTRY.pack_into
-        if self.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            time_diff = (store_timestamp - self.begin_timestamp) // 1000
-            if time_diff < 0:
-                time_diff = 0
-            elif time_diff > _INT_MAX:
-                time_diff = _INT_MAX
-        used_slots = 0
+        time_diff = self._time_diff(store_timestamp)
+        new_slots = 0
         i = start
         n = len(hashes)
         while i < n and count < limit:
@@ -188,48 +202,26 @@ class IndexFile:
             prev = slot_unpack(mm, slot_pos)[0]
             if prev <= 0 or prev > count:
                 prev = 0
-                used_slots += 1
+                new_slots += 1
             entry_pack(mm, base + count * ENTRY_SIZE, key_hash, phys[i], time_diff, prev)
             slot_pack(mm, slot_pos, count)
-            if count <= 1:
-                self.begin_phy_offset = phys[i]
-                self.begin_timestamp = store_timestamp
             count += 1
             i += 1
         if i > start:
-            self.index_count = count
-            self.hash_slot_count += used_slots
-            self.end_phy_offset = phys[i - 1]
-            self.end_timestamp = store_timestamp
-            self.write_header()
+            self._entries_written(old_count, count, new_slots, phys[start], phys[i - 1], store_timestamp)
         return i
 
     def put_one(self, key_hash: int, phys: int, store_timestamp: int) -> None:
         """put_many for one entry (the caller checked the file is not full)."""
         mm = self.mm
         count = self.index_count
-        if self.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            time_diff = (store_timestamp - self.begin_timestamp) // 1000
-            if time_diff < 0:
-                time_diff = 0
-            elif time_diff > _INT_MAX:
-                time_diff = _INT_MAX
         slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * 4
         prev = SLOT.unpack_from(mm, slot_pos)[0]
-        if prev <= 0 or prev > count:
-            prev = 0
-            self.hash_slot_count += 1
-        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, key_hash, phys, time_diff, prev)
+        new_slot = prev <= 0 or prev > count
+        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, key_hash, phys, self._time_diff(store_timestamp),
+                        0 if new_slot else prev)
         SLOT.pack_into(mm, slot_pos, count)
-        if count <= 1:
-            self.begin_phy_offset = phys
-            self.begin_timestamp = store_timestamp
-        self.index_count = count + 1
-        self.end_phy_offset = phys
-        self.end_timestamp = store_timestamp
-        self.write_header()
+        self._entries_written(count, count + 1, new_slot, phys, phys, store_timestamp)
 
     def time_matched(self, begin: int, end: int) -> bool:
         return begin <= self.end_timestamp and end >= self.begin_timestamp
@@ -262,17 +254,11 @@ class IndexFile:
         fdatasync_path(self.path)
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass
+        unmap(self.mm)
 
     def destroy(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        remove_file(self.path)
 
 
 class IndexService:

@@ -54,6 +54,23 @@ def _allocate(path: str, size: int) -> None:
     os.close(fd)
 
 
+def unmap(mm: mmap.mmap) -> None:
+    """Close a mapping. Slices still referenced (e.g. a pull response being written) keep it alive: it goes away
+    with the last of them."""
+    try:
+        mm.close()
+    except (BufferError, ValueError):
+        pass
+
+
+def remove_file(path: str) -> None:
+    """Unlink ``path``; one that is already gone is fine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def fdatasync_path(path: str) -> None:
     """fdatasync ``path`` through a short-lived descriptor (blocking); a vanished file is ignored."""
     try:
@@ -179,20 +196,12 @@ class MappedFile:
             self.view.release()
         except BufferError:
             pass
-        try:
-            self.mm.close()
-        except BufferError:
-            # Slices of the mapping are still referenced (e.g. a pull response being
-            # written); the mapping goes away with the last of them.
-            pass
+        unmap(self.mm)
 
     def destroy(self) -> None:
         """Unmap and delete the file."""
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        remove_file(self.path)
 
 
 class MappedFileQueue:

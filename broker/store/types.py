@@ -54,15 +54,11 @@ class StoreConfig:
         return hours
 
     def delay_levels_ms(self) -> list[int]:
-        """Delay per level (index 0 = level 1) in milliseconds."""
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        levels = []
-        for token in self.message_delay_level.split():
-            unit = units.get(token[-1:].lower())
-            if unit is None or not token[:-1].isdigit():
-                raise ValueError("bad messageDelayLevel entry %r" % token)
-            levels.append(int(token[:-1]) * unit)
-        return levels
+        """Delay per level (index 0 = level 1) in milliseconds; units ms/s/m/h/d as in broker.conf."""
+        # The broker's parser (imported here, not at module level: broker.config loads the store lazily too).
+        from broker.config import parse_delay_levels
+
+        return parse_delay_levels(self.message_delay_level)
 
 
 @dataclass(slots=True)
@@ -102,25 +98,20 @@ class PutStatus(enum.Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class PutResult:
     """Outcome of a put. ``msg_ids`` (offset message ids) are formatted lazily."""
 
-    __slots__ = ("status", "physical_offset", "queue_offset", "count", "wrote_bytes", "store_timestamp",
-                 "remark", "physical_offsets", "_store_host", "_msg_ids")
-
-    def __init__(self, status: PutStatus, physical_offset: int = -1, queue_offset: int = -1, count: int = 0,
-                 wrote_bytes: int = 0, store_timestamp: int = 0, remark: str | None = None,
-                 physical_offsets: list[int] | None = None, store_host: bytes = b"") -> None:
-        self.status = status
-        self.physical_offset = physical_offset
-        self.queue_offset = queue_offset
-        self.count = count
-        self.wrote_bytes = wrote_bytes
-        self.store_timestamp = store_timestamp
-        self.remark = remark
-        self.physical_offsets = physical_offsets or []
-        self._store_host = store_host
-        self._msg_ids: list[str] | None = None
+    status: PutStatus
+    physical_offset: int = -1
+    queue_offset: int = -1
+    count: int = 0
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    remark: str | None = None
+    physical_offsets: list[int] = field(default_factory=list)
+    store_host: bytes = b""
+    _msg_ids: list[str] | None = field(default=None, init=False)
 
     @property
     def ok(self) -> bool:
@@ -130,7 +121,7 @@ class PutResult:
     @property
     def msg_ids(self) -> list[str]:
         if self._msg_ids is None:
-            self._msg_ids = offset_msg_ids(self._store_host, self.physical_offsets)
+            self._msg_ids = offset_msg_ids(self.store_host, self.physical_offsets)
         return self._msg_ids
 
     def __repr__(self) -> str:
@@ -151,21 +142,17 @@ class GetStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class GetResult:
     """Outcome of a pull: raw commit-log records in ``buffers`` (contiguous runs as single views)."""
 
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "buffers", "message_count",
-                 "buffer_total_size")
-
-    def __init__(self, status: GetStatus, next_begin_offset: int, min_offset: int, max_offset: int,
-                 buffers: list | None = None, message_count: int = 0, buffer_total_size: int = 0) -> None:
-        self.status = status
-        self.next_begin_offset = next_begin_offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
-        self.buffers = buffers if buffers is not None else []
-        self.message_count = message_count
-        self.buffer_total_size = buffer_total_size
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list = field(default_factory=list)
+    message_count: int = 0
+    buffer_total_size: int = 0
 
     def body(self) -> bytes:
         """All records concatenated (a copy; for tests and small responses)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import struct
 
+import pytest
+
 from protocol.hashing import tags_code
 from protocol.ids import offset_msg_id, pack_host
 from protocol.message import BLANK_MAGIC, decode_record, encode_record, iter_records
@@ -12,7 +14,7 @@ from protocol.message import BLANK_MAGIC, decode_record, encode_record, iter_rec
 from broker.store import GetStatus, PutStatus
 from broker.store.consume_queue import UNIT_SIZE
 
-from test_store_helpers import BORN_HOST, CL_SIZE, CQ_UNITS, STORE_HOST, FakeClock, make_msg, open_store
+from test_store_helpers import BORN_HOST, CL_SIZE, CQ_UNITS, STORE_HOST, FakeClock, make_msg, open_store, small_config
 
 FRAME4_RECORD = bytes.fromhex(
     "000000e5daa320a777d18982000000000000000000000000000000000000000000000000000000000000018bcfe56800c0a8000a"
@@ -243,6 +245,18 @@ async def test_transactions_and_schedule_topic(tmp_path):
     unit = store.get_consume_queue("SCHEDULE_TOPIC_XXXX", 2).get_unit(0)
     assert unit[2] == clock.now + 10_000  # tagsCode = deliver time (level 3 = 10s)
     store.close()
+
+
+async def test_millisecond_delay_levels(tmp_path):
+    """messageDelayLevel accepts "ms" like broker.conf (e.g. short levels in tests)."""
+    clock = FakeClock()
+    store = open_store(tmp_path, clock=clock, message_delay_level="100ms 250ms 1s 2m 1h 1d")
+    assert store.delay_levels_ms == [100, 250, 1000, 120_000, 3_600_000, 86_400_000]
+    await store.put_message(make_msg(0, topic="SCHEDULE_TOPIC_XXXX", queue_id=1, extra={"DELAY": "2"}))
+    assert store.get_consume_queue("SCHEDULE_TOPIC_XXXX", 1).get_unit(0)[2] == clock.now + 250
+    store.close()
+    with pytest.raises(ValueError):
+        small_config(tmp_path, message_delay_level="1x").delay_levels_ms()
 
 
 async def test_query_message_by_key_and_uniq_key(tmp_path):
