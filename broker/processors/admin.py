@@ -38,6 +38,7 @@ from protocol.headers import (
     GetTopicStatsInfoRequestHeader,
 )
 from protocol.jsonlenient import dumps_compact
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -58,15 +59,9 @@ def _runtime_text(seconds: float) -> str:
     return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
 
 
-class AdminProcessor:
+class AdminProcessor(BrokerProcessor):
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.offsets = broker.consumer_offset_manager
-        self.consumers = broker.consumer_manager
+        super().__init__(broker)
 
     def handlers(self) -> dict[int, Any]:
         return {

@@ -22,6 +22,7 @@ from protocol.bodies import CheckClientRequestBody, ConsumerListBody, HeartbeatD
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -32,13 +33,9 @@ SERIALIZE_TYPES_ANNOUNCEMENT = "JSON,ROCKETMQ,MSGPACK"
 _WATCHED = "client_manage_watched"
 
 
-class ClientManageProcessor:
+class ClientManageProcessor(BrokerProcessor):
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.consumers = broker.consumer_manager
+        super().__init__(broker)
         self.producers = broker.producer_manager
         self.filters = broker.consumer_filter_manager
 

@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING, Any
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
 
-class ConsumerOffsetProcessor:
+class ConsumerOffsetProcessor(BrokerProcessor):
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.offsets = broker.consumer_offset_manager
+        super().__init__(broker)
 
     def handlers(self) -> dict[int, Any]:
         return {

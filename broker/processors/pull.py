@@ -31,6 +31,7 @@ from protocol.codes import (
 )
 from protocol.command import RemotingCommand
 from protocol.headers import PullMessageRequestHeader
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -67,17 +68,11 @@ class SubscriptionError(Exception):
         self.remark = remark
 
 
-class PullProcessor:
+class PullProcessor(BrokerProcessor):
     """Answers pulls; owns the long-polling service."""
 
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.consumers = broker.consumer_manager
-        self.offsets = broker.consumer_offset_manager
+        super().__init__(broker)
         self.hold_service = PullRequestHoldService(self._wake)
         self.filters = broker.consumer_filter_manager
         self._filter_cache: dict[tuple[str, str], MessageFilter | SubscriptionError | None] = {}

@@ -18,6 +18,7 @@ from protocol.headers import (
     SearchOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -31,11 +32,7 @@ def _join(records: list) -> bytes:
     return b"".join(records)
 
 
-class QueryProcessor:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.store = broker.store
-
+class QueryProcessor(BrokerProcessor):
     def handlers(self) -> dict[int, Any]:
         return {
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,

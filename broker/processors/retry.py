@@ -25,6 +25,7 @@ from protocol.headers import ConsumerSendMsgBackRequestHeader, ResendDlqMessageR
 from protocol.ids import decode_offset_msg_id, pack_host
 from protocol.message import MessageRecord, RecordError, decode_record
 from protocol.properties import encode_properties
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -62,13 +63,9 @@ def _record_to_message(record: MessageRecord, topic: str, queue_id: int, propert
     )
 
 
-class RetryProcessor:
+class RetryProcessor(BrokerProcessor):
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
+        super().__init__(broker)
         self.schedule = broker.schedule_service
         self._random = random.Random()
 

@@ -30,6 +30,7 @@ from protocol.properties import (
     encode_properties,
     match_producer_layout,
 )
+from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -76,16 +77,12 @@ def _decode_send_header(cmd: RemotingCommand, prefer_v2: bool) -> SendMessageReq
     return SendMessageRequestHeader.decode(ext)
 
 
-class SendProcessor:
+class SendProcessor(BrokerProcessor):
     """Validates sends, builds MessageToStore objects and answers with the put result."""
 
     def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+        super().__init__(broker)
         cfg = broker.config
-        self.config = cfg
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
         self.store_host: bytes = broker.store_host
         self._region = cfg.region_id
         self._trace = "true" if cfg.trace_on else "false"
