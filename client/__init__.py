@@ -1,6 +1,7 @@
 """asyncio RocketMQ client (remoting protocol): producer, push consumer and pull consumer.
 
-    from client import Producer, PushConsumer, PullConsumer, Message, MessageSelector, ConsumeResult
+    from client import Producer, PushConsumer, PullConsumer, Message, MessageSelector, ConsumeResult,
+                        ConsumeOrderlyResult
 
 Blocking variants for scripts: client.sync.Producer / PullConsumer / PushConsumer.
 """
@@ -21,6 +22,7 @@ from client.errors import (
     RemotingTimeoutError,
 )
 from client.message import (
+    ConsumeOrderlyResult,
     ConsumeResult,
     Message,
     MessageExt,
@@ -44,6 +46,7 @@ __all__ = [
     "MessageQueue",
     "MessageSelector",
     "ConsumeResult",
+    "ConsumeOrderlyResult",
     "SendResult",
     "SendStatus",
     "PullResult",

@@ -25,13 +25,21 @@ from client.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumeService", "is_async_listener"]
+__all__ = ["ConsumeService", "is_async_listener", "restore_retry_topics"]
 
 RETRY_PREFIX = "%RETRY%"
 LOCAL_RETRY_DELAY = 5.0
 
 Listener = Callable[[list[MessageExt]], "ConsumeResult | None | Awaitable[ConsumeResult | None]"]
 SendBack = Callable[[ProcessQueue, MessageExt], Awaitable[bool]]
+
+
+def restore_retry_topics(messages: list[MessageExt]) -> None:
+    """Messages pulled from %RETRY%<group>: listeners see the topic each was first sent to (RETRY_TOPIC)."""
+    for m in messages:
+        original = m.properties.get("RETRY_TOPIC")
+        if original:
+            m.topic = original
 
 
 def is_async_listener(listener: Callable) -> bool:
@@ -112,10 +120,7 @@ class ConsumeService:
     def submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
         """Queue a pulled batch (already recorded in pq) for consumption, in chunks of batch_max_size."""
         if pq.mq.topic == self.retry_topic:
-            for m in messages:  # listeners see the topic the message was first sent to
-                original = m.properties.get("RETRY_TOPIC")
-                if original:
-                    m.topic = original
+            restore_retry_topics(messages)
         put = self._queue.put_nowait
         size = self.batch_max_size
         if size == 1:
@@ -178,6 +183,7 @@ class ConsumeService:
         refused = []
         for m in messages:
             if not await self.send_back(pq, m):
+                m.reconsume_times = m.reconsume_times + 1  # counted locally, as the Java client does
                 refused.append(m)
         if refused:
             done = [m for m in messages if m not in refused]

@@ -23,6 +23,7 @@ __all__ = [
     "PullResult",
     "MessageSelector",
     "ConsumeResult",
+    "ConsumeOrderlyResult",
     "MessageExt",
 ]
 
@@ -232,6 +233,13 @@ class ConsumeResult(enum.Enum):
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
+class ConsumeOrderlyResult(enum.Enum):
+    """What an orderly listener returns: SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages later, in place."""
+
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Received messages
 
@@ -265,12 +273,13 @@ class MessageExt:
     costs little more than splitting the records. `msg_id` is the UNIQ_KEY (else the offset id), as in Java.
     """
 
-    __slots__ = ("_rec", "_props", "_body", "topic", "broker_name")
+    __slots__ = ("_rec", "_props", "_body", "_reconsume", "topic", "broker_name")
 
     def __init__(self, record, broker_name: str | None = None) -> None:
         self._rec = record
         self._props = None
         self._body = None
+        self._reconsume = -1
         self.topic: str = record.topic
         self.broker_name = broker_name
 
@@ -334,7 +343,14 @@ class MessageExt:
 
     @property
     def reconsume_times(self) -> int:
-        return self._rec.reconsume_times
+        """Times consumed before: the record's count, raised locally while a message is retried in the client
+        (orderly suspends, send-backs the broker refused)."""
+        local = self._reconsume
+        return local if local >= 0 else self._rec.reconsume_times
+
+    @reconsume_times.setter
+    def reconsume_times(self, value: int) -> None:
+        self._reconsume = int(value)
 
     @property
     def prepared_transaction_offset(self) -> int:

@@ -10,6 +10,7 @@ It answers two questions cheaply (amortised O(1) per message):
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 from client.message import MessageExt, MessageQueue
@@ -22,7 +23,7 @@ class ProcessQueue:
 
     __slots__ = (
         "mq", "inflight", "order", "pulled_until", "max_offset_seen", "dropped", "cached_bytes",
-        "max_count", "max_bytes", "max_span", "_resume", "last_pull_time",
+        "max_count", "max_bytes", "max_span", "_resume", "last_pull_time", "locked", "last_lock_time",
     )
 
     def __init__(
@@ -40,6 +41,10 @@ class ProcessQueue:
         self.max_span = max_span
         self._resume: asyncio.Event | None = None
         self.last_pull_time = 0.0
+        # Orderly CLUSTERING consumers only: whether the broker lock is held, and when it was last granted
+        # (time.monotonic()); a lock not renewed for LOCK_EXPIRY seconds counts as lost.
+        self.locked = False
+        self.last_lock_time = 0.0
 
     # ------------------------------------------------------------------ pulled / consumed
     def add(self, messages: list[MessageExt], next_offset: int = -1) -> None:
@@ -87,6 +92,20 @@ class ProcessQueue:
         if self.pulled_until >= 0:
             return self.pulled_until
         return self.max_offset_seen + 1 if self.max_offset_seen >= 0 else -1
+
+    # ------------------------------------------------------------------ orderly locks
+    LOCK_EXPIRY = 30.0  # client side; the broker keeps a lock 60 s and consumers renew every 20 s
+
+    def lock_granted(self, now: float | None = None) -> None:
+        self.locked = True
+        self.last_lock_time = time.monotonic() if now is None else now
+
+    def holds_lock(self, now: float | None = None) -> bool:
+        """True while the broker lock is held and was renewed within LOCK_EXPIRY seconds."""
+        if not self.locked:
+            return False
+        now = time.monotonic() if now is None else now
+        return now - self.last_lock_time <= self.LOCK_EXPIRY
 
     # ------------------------------------------------------------------ flow control
     def over_threshold(self) -> bool:

@@ -9,6 +9,13 @@ BROADCASTING consumers keep them in a local file (see client.offset_store). CLUS
 `rebalance_interval` seconds and as soon as the broker announces that the group's members changed
 (NOTIFY_CONSUMER_IDS_CHANGED), with the strategy given as `allocate_strategy` (see client.allocate).
 
+Failed messages (listener returns RECONSUME_LATER or raises): see client.consume_service; `max_reconsume_times` is
+sent with every send-back so the broker moves a message to %DLQ%<group> after that many retries.
+`register_listener(listener, orderly=True)` consumes each queue in order instead (client.consume_orderly); in
+CLUSTERING mode a queue is then pulled and consumed only under the broker's lock on it (client.queue_locks): locked
+before its first pull (its start offset is read from the broker after that), renewed every 20 s, released when
+rebalancing moves it away and at shutdown.
+
 Shutdown is graceful: stop pulling, hand back queued messages, let running listeners finish (up to
 `shutdown_grace` seconds), commit offsets and wait for the broker's acknowledgement, unregister from the brokers.
 """
@@ -22,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from client.allocate import AllocateStrategy, resolve_strategy, sort_queues
+from client.consume_orderly import ConsumeOrderlyService
 from client.consume_service import RETRY_PREFIX, ConsumeService, Listener
 from client.consumer_ops import ConsumerOps
 from client.errors import MQBrokerError, MQClientError
@@ -29,6 +37,7 @@ from client.instance import ClientInstance
 from client.message import MessageExt, MessageQueue, MessageSelector, PullStatus
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_store_dir
 from client.process_queue import ProcessQueue
+from client.queue_locks import LOCK_RENEW_INTERVAL, QueueLocks
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 
@@ -40,10 +49,15 @@ _MODELS = ("CLUSTERING", "BROADCASTING")
 _FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
 _PULL_ERROR_BACKOFF = 3.0
 _FLOW_CONTROL_RECHECK = 1.0
+_UNLOCKED_PULL_RECHECK = 1.0  # an orderly queue whose lock is lost waits this long before checking again
 
 
 class PushConsumer:
     """`c = PushConsumer("cg"); c.subscribe("T", "TagA || TagB"); c.register_listener(handler); await c.start()`.
+
+    max_reconsume_times: retries before a failed message goes to %DLQ%<group> (concurrent: sent to the broker with
+    each send-back, -1 = the group's retryMaxTimes, 16; orderly: counted by the client, -1 = retry forever).
+    suspend_current_queue_time_millis: how long an orderly queue waits before a failed batch is consumed again.
 
     consume_from_where applies to queues the group has no committed offset for: LAST_OFFSET starts at the queue's
     end, except that the broker answers 0 for a queue whose first message is still stored (RocketMQ's "young queue"
@@ -67,6 +81,7 @@ class PushConsumer:
         pull_threshold_size_for_queue: int = 100,
         consume_concurrently_max_span: int = 2000,
         max_reconsume_times: int = 16,
+        suspend_current_queue_time_millis: int = 1000,
         suspend_timeout: float = 15.0,
         rebalance_interval: float = 20.0,
         persist_offset_interval: float = 5.0,
@@ -97,6 +112,8 @@ class PushConsumer:
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue  # MiB, as in RocketMQ
         self.consume_concurrently_max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.lock_renew_interval = LOCK_RENEW_INTERVAL
         self.suspend_timeout = suspend_timeout
         self.rebalance_interval = rebalance_interval
         self.persist_offset_interval = persist_offset_interval
@@ -114,10 +131,12 @@ class PushConsumer:
         self._ops = ConsumerOps(self._instance, group)
         self._subscriptions: dict[str, MessageSelector] = {}
         self._listener: Listener | None = None
+        self.orderly = False
+        self._locks = QueueLocks(self._ops, self._instance.client_id)
         self._process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self.offset_store: OffsetStore | None = None
-        self._consume: ConsumeService | None = None
+        self._consume: ConsumeService | ConsumeOrderlyService | None = None
         self._rebalance_now: asyncio.Event | None = None
         self._rebalance_lock: asyncio.Lock | None = None
         self._service_tasks: list[asyncio.Task] = []
@@ -147,12 +166,23 @@ class PushConsumer:
         if self._started:
             self._trigger_rebalance()
 
-    def register_listener(self, listener: Listener) -> None:
+    def register_listener(self, listener: Listener, *, orderly: bool = False) -> None:
         """listener(msgs) -> ConsumeResult; `async def` runs on the loop, a plain function in the thread pool.
-        An exception counts as RECONSUME_LATER."""
+        An exception counts as RECONSUME_LATER.
+
+        orderly=True: one queue is consumed by one call at a time, in queue order; the listener returns
+        ConsumeOrderlyResult.SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT (ConsumeResult values are accepted as
+        aliases; an exception suspends), see client.consume_orderly."""
         if not callable(listener):
             raise TypeError("listener must be callable")
+        if self._started:
+            raise MQClientError("register the listener before starting the push consumer")
         self._listener = listener
+        self.orderly = bool(orderly)
+
+    @property
+    def _uses_locks(self) -> bool:
+        return self.orderly and self._clustering
 
     def _all_subscriptions(self) -> dict[str, MessageSelector]:
         subs = dict(self._subscriptions)
@@ -205,11 +235,19 @@ class PushConsumer:
         self._rebalance_lock = asyncio.Lock()
         self.offset_store = self._make_offset_store()
         await self.offset_store.load()
-        self._consume = ConsumeService(
-            self.group, self._listener, self.offset_store, self._send_back,
-            thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
-            clustering=self._clustering,
-        )
+        if self.orderly:
+            self._consume = ConsumeOrderlyService(
+                self.group, self._listener, self.offset_store, self._send_back,
+                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
+                clustering=self._clustering, max_reconsume_times=self.max_reconsume_times,
+                suspend_time=self.suspend_current_queue_time_millis / 1000.0, relock=self._relock,
+            )
+        else:
+            self._consume = ConsumeService(
+                self.group, self._listener, self.offset_store, self._send_back,
+                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
+                clustering=self._clustering,
+            )
         self._consume.start()
         self._stopping = False
         await self._instance.start()
@@ -228,6 +266,8 @@ class PushConsumer:
             asyncio.create_task(self._rebalance_service(), name=f"rebalance-{self.group}"),
             asyncio.create_task(self._persist_service(), name=f"persist-offsets-{self.group}"),
         ]
+        if self._uses_locks:
+            self._service_tasks.append(asyncio.create_task(self._lock_service(), name=f"lock-mq-{self.group}"))
 
     async def shutdown(self, consume_grace: float | None = None) -> None:
         """Stop pulling, finish running listeners, commit offsets (acknowledged), unregister, close."""
@@ -244,10 +284,14 @@ class PushConsumer:
             task.cancel()
         await asyncio.gather(*pulls, return_exceptions=True)
         self._pull_tasks.clear()
-        await self._consume.shutdown(self.shutdown_grace if consume_grace is None else consume_grace)
+        # An orderly queue whose listener call outlives the grace keeps its lock until the broker expires it.
+        still_busy = await self._consume.shutdown(self.shutdown_grace if consume_grace is None else consume_grace)
+        busy = {pq.mq for pq in still_busy or ()}
         for pq in self._process_queues.values():
             pq.dropped = True
         await self.offset_store.persist_all(final=True)
+        if self._uses_locks:
+            await self._locks.unlock(mq for mq, pq in self._process_queues.items() if pq.locked and mq not in busy)
         await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
 
     async def __aenter__(self) -> PushConsumer:
@@ -319,26 +363,39 @@ class PushConsumer:
             gone = [mq for mq in self._process_queues if mq not in wanted or mq.topic not in subs]
             if gone:
                 await asyncio.gather(*(self._drop_queue(mq) for mq in gone))
-            for mq in sort_queues(wanted - set(self._process_queues)):
+            new = sort_queues(wanted - set(self._process_queues))
+            if new and self._uses_locks:
+                # Orderly: only queues this client could lock; the others are tried again next rebalance.
+                granted = await self._locks.lock(new)
+                locked_at = time.monotonic()
+                new = [mq for mq in new if mq in granted]
+            for mq in new:
                 if self._stopping:
                     return
                 try:
-                    offset = await self._initial_offset(mq)
+                    offset = await self._initial_offset(mq)  # orderly: read after the lock, as required
                 except Exception as exc:
                     log.debug("cannot compute the start offset of %s: %s", mq, exc)
+                    if self._uses_locks:
+                        await self._locks.unlock([mq])
                     continue
                 pq = ProcessQueue(
                     mq, max_count=self.pull_threshold_for_queue,
                     max_bytes=self.pull_threshold_size_for_queue * 1024 * 1024,
-                    max_span=self.consume_concurrently_max_span,
+                    max_span=0 if self.orderly else self.consume_concurrently_max_span,
                 )
+                if self._uses_locks:
+                    pq.lock_granted(locked_at)
                 pq.advance_to(offset)
                 self._process_queues[mq] = pq
                 self.offset_store.update(mq, offset)
                 self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq, offset), name=f"pull-{mq}")
 
     async def _drop_queue(self, mq: MessageQueue) -> None:
-        """A queue moved away: stop pulling it, commit its offset (acknowledged), forget it."""
+        """A queue moved away: stop pulling it, commit its offset (acknowledged), forget it.
+
+        Orderly: first wait for its running listener call to settle, and release the broker lock only after the
+        offset is committed, so the next owner starts exactly where this one stopped."""
         pq = self._process_queues.pop(mq, None)
         if pq is not None:
             pq.dropped = True
@@ -346,11 +403,19 @@ class PushConsumer:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        settled = True
+        if self.orderly and pq is not None:
+            settled = await self._consume.quiesce(pq, self.shutdown_grace)
         try:
             await self.offset_store.persist(mq)
         except Exception as exc:
             log.warning("offset commit for dropped %s failed: %s", mq, exc)
         self.offset_store.remove(mq)
+        if self._uses_locks and pq is not None and pq.locked:
+            if settled:
+                await self._locks.unlock([mq])
+            else:
+                log.warning("listener still running on dropped %s; its lock is left to expire on the broker", mq)
 
     async def _initial_offset(self, mq: MessageQueue) -> int:
         # An explicit start time must not be overridden by the broker's young-queue rule (offset 0 when the queue
@@ -375,7 +440,11 @@ class PushConsumer:
         clustering = self._clustering
         timeout = self.suspend_timeout + 15.0
         suspend_ms = int(self.suspend_timeout * 1000)
+        uses_locks = self._uses_locks
         while not pq.dropped and not self._stopping:
+            if uses_locks and not pq.holds_lock():
+                await asyncio.sleep(_UNLOCKED_PULL_RECHECK)  # only a locked queue is pulled (renewal relocks it)
+                continue
             if pq.over_threshold():
                 await pq.wait_until_drained(_FLOW_CONTROL_RECHECK)  # flow control: consumption is behind
                 continue
@@ -414,12 +483,14 @@ class PushConsumer:
                 store.update(mq, pq.commit_offset())
 
     # ------------------------------------------------------------------ retries
-    async def _send_back(self, pq: ProcessQueue, m: MessageExt) -> bool:
-        """CONSUMER_SEND_MSG_BACK: the broker stores the message again for redelivery through %RETRY%<group>."""
+    async def _send_back(self, pq: ProcessQueue, m: MessageExt, delay_level: int = 0) -> bool:
+        """CONSUMER_SEND_MSG_BACK: the broker stores the message again for redelivery through %RETRY%<group>
+        (delay level 0: the broker's choice, 3 + reconsume times), or in %DLQ%<group> once it was reconsumed
+        max_reconsume_times times or when delay_level is negative."""
         ext = {
             "offset": m.commit_log_offset,
             "group": self.group,
-            "delayLevel": 0,
+            "delayLevel": delay_level,
             "originMsgId": m.msg_id,
             "originTopic": m.topic,
             "unitMode": False,
@@ -436,6 +507,44 @@ class PushConsumer:
         if reply.code != ResponseCode.SUCCESS:
             log.warning("send-back of %s refused: %s %s", m.msg_id, reply.code, reply.remark)
             return False
+        return True
+
+    # ------------------------------------------------------------------ orderly locks
+    async def _lock_service(self) -> None:
+        """Renew the locks of every assigned queue; a queue the broker no longer grants stops being consumed."""
+        while True:
+            await asyncio.sleep(self.lock_renew_interval)
+            try:
+                await self._renew_locks()
+            except Exception:
+                log.exception("renewing the queue locks of group %s failed", self.group)
+
+    async def _renew_locks(self) -> None:
+        # Serialised with rebalancing, so a queue being dropped (and unlocked) is never locked again behind its back.
+        async with self._rebalance_lock:
+            queues = list(self._process_queues.items())
+            if not queues or self._stopping:
+                return
+            now = time.monotonic()
+            granted = await self._locks.lock(mq for mq, _ in queues)
+        for mq, pq in queues:
+            if mq in granted:
+                pq.lock_granted(now)
+            elif pq.locked:
+                log.warning("lost the lock on %s; its consumption pauses until it is locked again", mq)
+                pq.locked = False
+
+    async def _relock(self, pq: ProcessQueue) -> bool:
+        """Called by the orderly service for a queue whose lock lapsed."""
+        if pq.dropped or self._stopping:
+            return False
+        now = time.monotonic()
+        if pq.mq not in await self._locks.lock([pq.mq]):
+            return False
+        if pq.dropped or self._stopping:  # dropped meanwhile: do not keep the queue from its next owner
+            await self._locks.unlock([pq.mq])
+            return False
+        pq.lock_granted(now)
         return True
 
     # ------------------------------------------------------------------ offsets

@@ -159,8 +159,8 @@ class PushConsumer(_Facade):
     def subscribe(self, topic: str, expression="*") -> None:
         self._call(_on_loop(self._client.subscribe, topic, expression))
 
-    def register_listener(self, listener) -> None:
-        self._client.register_listener(listener)
+    def register_listener(self, listener, *, orderly: bool = False) -> None:
+        self._client.register_listener(listener, orderly=orderly)
 
     def assigned_queues(self) -> list[_message.MessageQueue]:
         return self._client.assigned_queues()

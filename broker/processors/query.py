@@ -6,7 +6,7 @@ GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -19,9 +19,6 @@ from protocol.headers import (
     ViewMessageRequestHeader,
 )
 from broker.processors.base import BrokerProcessor
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 DEFAULT_QUERY_MAX_NUM = 32
 
