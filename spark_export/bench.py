@@ -1,0 +1,111 @@
+"""Read throughput of the `rocketmq` source vs Spark's Parquet reader over the same messages.
+
+    python -m spark_export.bench [--messages 400000] [--body 128] [--master local[2]] [--dir DIR]
+
+Writes a synthetic store (one pre-allocated 1 GiB commit-log file, zero tail included) with the project's
+record codec, exports it to Parquet, then times count() and groupBy(topic, tags).count() on both (best of 3
+after a warm-up). Driver-side only: needs the checkout's `protocol` package on the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+FILE_SIZE = 1 << 30
+
+
+def write_store(root: Path, messages: int, body_size: int) -> int:
+    from protocol.ids import pack_host
+    from protocol.message import pack_record_into, record_size
+    from protocol.properties import encode_properties
+
+    log_dir = root / "commitlog"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    born, store = pack_host("10.0.0.7", 51000), pack_host("10.0.0.1", 10911)
+    chunk = bytearray(64 << 20)
+    written = 0
+    with open(log_dir / f"{0:020d}", "wb") as f:
+        f.truncate(FILE_SIZE)  # pre-allocated, zero-filled (sparse)
+        pos = 0
+        body = bytes(range(256))[:body_size] * (body_size // 256 + 1)
+        body = body[:body_size]
+        for i in range(messages):
+            topic = f"BenchTopic{i % 8}".encode()
+            props = encode_properties({"TAGS": f"tag{i % 16}", "KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}).encode()
+            size = record_size(len(body), len(topic), len(props), False, False)
+            if pos + size > len(chunk):
+                f.seek(written)
+                f.write(chunk[:pos])
+                written += pos
+                pos = 0
+            pack_record_into(chunk, pos, queue_id=i % 4, flag=0, queue_offset=i // 32, physical_offset=written + pos,
+                             sys_flag=0, born_timestamp=1_700_000_000_000 + i, born_host=born,
+                             store_timestamp=1_700_000_000_100 + i, store_host=store, reconsume_times=0,
+                             prepared_transaction_offset=0, body=body, topic=topic, properties=props)
+            pos += size
+        f.seek(written)
+        f.write(chunk[:pos])
+        written += pos
+    return written
+
+
+def best_of(fn, runs: int = 3) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_export.bench")
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--body", type=int, default=128)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--dir", help="work directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    work = Path(args.dir or tempfile.mkdtemp(prefix="mq-spark-bench-"))
+    store = work / "store"
+    started = time.perf_counter()
+    data_bytes = write_store(store, args.messages, args.body)
+    print(f"store: {args.messages} messages, {data_bytes / 1e6:.1f} MB in a 1 GiB file "
+          f"({time.perf_counter() - started:.1f}s to write)")
+
+    from spark_export.job import build_session
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = build_session(args.master, "rocketmq-bench", progress=False)
+    spark.sparkContext.setLogLevel("ERROR")
+    path = str(store)
+    full = spark.read.format("rocketmq").load(path)
+    pruned = spark.read.format("rocketmq").schema("topic string, tags string").load(path)
+    parquet_dir = str(work / "parquet")
+    full.write.mode("overwrite").parquet(parquet_dir)
+    parquet = spark.read.parquet(parquet_dir)
+    n = args.messages
+    cases = [
+        ("rocketmq all columns: count()", lambda: full.count()),
+        ("rocketmq all columns: groupBy(topic,tags)", lambda: full.groupBy("topic", "tags").count().collect()),
+        ("rocketmq schema(topic,tags): groupBy", lambda: pruned.groupBy("topic", "tags").count().collect()),
+        ("parquet: count()", lambda: parquet.count()),
+        ("parquet: groupBy(topic,tags)", lambda: parquet.groupBy("topic", "tags").count().collect()),
+        ("parquet: sum(length(body)) (full scan)", lambda: parquet.selectExpr("sum(length(body))").collect()),
+        ("rocketmq: sum(length(body)) (full scan)", lambda: full.selectExpr("sum(length(body))").collect()),
+    ]
+    assert full.count() == n == parquet.count()
+    print(f"{'case':<45} {'seconds':>8} {'rows/s':>12}")
+    for name, fn in cases:
+        seconds = best_of(fn)
+        print(f"{name:<45} {seconds:>8.2f} {n / seconds:>12,.0f}")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,301 @@
+"""`rocketmq` PySpark data source (Python Data Source API, Spark 4.x): batch tables and a streaming source.
+
+    spark.dataSource.register(RocketMQDataSource)
+    spark.read.format("rocketmq").option("table", "messages").load("/path/to/store")
+
+Planning (partitions) runs in a Python worker next to the driver; read() runs on executors, so the store
+directory must be visible at the same path there (a local disk for local[*]/local-cluster, a shared
+filesystem for a cluster). Reads are read-only and stop at the end of complete data, so a live store is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark_export.decode import (
+    ChainEnd,
+    DecodeOptions,
+    decode_consume_queue,
+    iter_message_batches,
+    locate_records,
+)
+from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
+from spark_export.store import (
+    CommitLogRange,
+    StoreError,
+    StoreLayout,
+    mapped,
+    offset_rows,
+    open_store,
+    pack_ranges,
+    plan_commit_log_ranges,
+    topic_rows,
+)
+
+try:  # Spark >= 4.2: read limits and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older Spark 4.x
+    ReadMaxRows = None
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+__all__ = ["RocketMQDataSource", "ReadOptions", "current_end_offset", "scan_forward", "register"]
+
+_TRUE = {"true", "1", "yes", "on"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Data source options (all strings in Spark; parsed once on the planning side)."""
+
+    path: str
+    table: str = "messages"
+    topics: frozenset[str] | None = None
+    include_body: bool = True
+    decompress: bool = True
+    split_bytes: int = 256 << 20
+    min_partitions: int = 2
+    batch_rows: int = 16384
+    commit_log_dir: str | None = None
+    starting_offset: str = "earliest"
+    max_records_per_trigger: int | None = None
+
+    @classmethod
+    def parse(cls, options) -> "ReadOptions":
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        path = opts.get("path")
+        if not path:
+            raise ValueError("rocketmq: give the store directory, e.g. .load('/path/to/store')")
+        topics = opts.get("topics")
+        topic_set = frozenset(t.strip() for t in topics.split(",") if t.strip()) if topics else None
+        max_rows = opts.get("maxrecordspertrigger") or opts.get("max_records_per_trigger")
+        return cls(
+            path=path,
+            table=opts.get("table", "messages").lower(),
+            topics=topic_set,
+            include_body=str(opts.get("include_body", "true")).lower() in _TRUE,
+            decompress=str(opts.get("decompress", "true")).lower() in _TRUE,
+            split_bytes=int(opts.get("split_bytes", 256 << 20)),
+            min_partitions=int(opts.get("min_partitions", 2)),
+            batch_rows=int(opts.get("batch_rows", 16384)),
+            commit_log_dir=opts.get("commitlog_dir") or None,
+            starting_offset=str(opts.get("startingoffset") or opts.get("starting_offset") or "earliest").lower(),
+            max_records_per_trigger=int(max_rows) if max_rows else None,
+        )
+
+    def layout(self) -> StoreLayout:
+        return open_store(self.path, self.commit_log_dir)
+
+
+class RocketMQDataSource(DataSource):
+    """Format `rocketmq`: tables messages (default), consume_queue, offsets, topics; streaming: messages."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return ddl_for(ReadOptions.parse(self.options).table)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = ReadOptions.parse(self.options)
+        return RocketMQReader(options, _requested_arrow_schema(options.table, schema))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = ReadOptions.parse(self.options)
+        if options.table != "messages":
+            raise ValueError("rocketmq streaming reads the messages table only")
+        return RocketMQStreamReader(options, _requested_arrow_schema(options.table, schema))
+
+
+def _requested_arrow_schema(table: str, schema: StructType) -> pa.Schema:
+    """The Arrow schema for the columns Spark asks for (a user-given schema may list a subset, in any order)."""
+    full = arrow_for(table)
+    names = [f.name for f in schema.fields]
+    unknown = [n for n in names if full.get_field_index(n) < 0]
+    if unknown:
+        raise ValueError(f"rocketmq table {table!r} has no column(s) {unknown}; columns: {full.names}")
+    return pa.schema([full.field(n) for n in names])
+
+
+@dataclass(frozen=True)
+class _Partition(InputPartition):
+    kind: str
+    items: tuple = field(default_factory=tuple)
+
+
+class RocketMQReader(DataSourceReader):
+    def __init__(self, options: ReadOptions, arrow_schema: pa.Schema) -> None:
+        self.options = options
+        self.arrow_schema = arrow_schema
+
+    def partitions(self) -> list[InputPartition]:
+        opts = self.options
+        try:
+            layout = opts.layout()
+        except StoreError as exc:
+            raise ValueError(str(exc)) from None
+        if opts.table == "messages":
+            return _message_partitions(layout, opts, plan_commit_log_ranges(layout, opts.split_bytes))
+        if opts.table == "consume_queue":
+            files = layout.consume_queue_files(opts.topics)
+            groups = pack_ranges(files, [max(f.size, 1) for f in files], opts.split_bytes, opts.min_partitions)
+            return [_Partition("consume_queue", tuple(g)) for g in groups] or [_Partition("empty")]
+        if opts.table == "offsets":
+            return [_Partition("offsets", tuple(offset_rows(layout, opts.topics)))]
+        if opts.table == "topics":
+            return [_Partition("topics", tuple(topic_rows(layout, opts.topics)))]
+        raise ValueError(f"unknown table {opts.table!r}")
+
+    def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(partition, self.options, self.arrow_schema)
+
+
+def _message_partitions(layout: StoreLayout, opts: ReadOptions, ranges: list[CommitLogRange]) -> list[InputPartition]:
+    if not ranges:
+        return [_Partition("empty")]
+    # Re-split so that at least min_partitions tasks exist for small stores.
+    total = sum(r.end - r.begin for r in ranges)
+    split = min(opts.split_bytes, max(64 << 10, -(-total // max(1, opts.min_partitions))))
+    if split < opts.split_bytes:
+        fine: list[CommitLogRange] = []
+        for r in ranges:
+            pos, synced = r.begin, r.synced
+            while pos < r.end:
+                stop = min(r.end, pos + split)
+                fine.append(CommitLogRange(r.path, r.base, pos, stop, synced))
+                pos, synced = stop, False
+        ranges = fine
+    groups = pack_ranges(ranges, [r.end - r.begin for r in ranges], split)
+    return [_Partition("messages", tuple(g)) for g in groups]
+
+
+def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    if partition.kind == "messages":
+        decode = DecodeOptions(opts.include_body, opts.decompress, opts.topics, schema)
+        for r in partition.items:
+            with mapped(r.path) as buf:
+                starts, _, _ = locate_records(buf, r.base, r.begin, r.end, synced=r.synced)
+                yield from iter_message_batches(buf, r.base, starts, decode, opts.batch_rows)
+    elif partition.kind == "consume_queue":
+        for f in partition.items:
+            with mapped(f.path) as buf:
+                batch = decode_consume_queue(buf, f.base, f.topic, f.queue_id)
+            if batch.num_rows:
+                yield batch.select(schema.names)
+    elif partition.kind in ("offsets", "topics"):
+        full = OFFSETS_ARROW if partition.kind == "offsets" else TOPICS_ARROW
+        columns = list(zip(*partition.items)) if partition.items else [[] for _ in full]
+        batch = pa.RecordBatch.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, full)], schema=full)
+        if batch.num_rows:
+            yield batch.select(schema.names)
+
+
+# --- streaming ----------------------------------------------------------------------------------------------------
+
+def scan_forward(layout: StoreLayout, start: int, max_records: int | None = None) -> int:
+    """The commit-log offset after the last complete record reachable from `start` (a record/file boundary)."""
+    offset = start
+    remaining = max_records
+    for base, path, size in layout.commit_log_files:
+        if base + size <= offset:
+            continue
+        offset = max(offset, base)
+        with mapped(path) as buf:
+            starts, pos, why = locate_records(buf, base, offset - base, None, synced=True, max_records=remaining)
+        offset = base + pos
+        if remaining is not None:
+            remaining -= len(starts)
+            if remaining <= 0:
+                return offset
+        if why == ChainEnd.DATA:
+            return offset
+        offset = base + size  # BLANK marker or exactly full: continue in the next file
+    return offset
+
+
+def current_end_offset(layout: StoreLayout) -> int:
+    """End of complete data now: earlier files are finished, so only the last one is scanned."""
+    files = layout.commit_log_files
+    if not files:
+        return 0
+    return scan_forward(StoreLayout(layout.root, layout.commit_log_dir, files[-1:]), files[-1][0])
+
+
+def _earliest(layout: StoreLayout) -> int:
+    return layout.commit_log_files[0][0] if layout.commit_log_files else 0
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are {"commitlog_offset": N}: the global commit-log position up to which messages were read."""
+
+    def __init__(self, options: ReadOptions, arrow_schema: pa.Schema) -> None:
+        self.options = options
+        self.arrow_schema = arrow_schema
+        self._target: int | None = None
+        self._last: int | None = None
+
+    def _layout(self) -> StoreLayout:
+        try:
+            return self.options.layout()
+        except StoreError as exc:
+            raise ValueError(str(exc)) from None
+
+    def initialOffset(self) -> dict:
+        layout = self._layout()
+        where = self.options.starting_offset
+        if where == "earliest":
+            offset = _earliest(layout)
+        elif where == "latest":
+            offset = current_end_offset(layout)
+        else:
+            offset = int(where)
+        return {"commitlog_offset": offset}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        begin = start["commitlog_offset"] if start else (self._last if self._last is not None
+                                                        else self.initialOffset()["commitlog_offset"])
+        max_rows = self.options.max_records_per_trigger
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif limit is not None:
+            max_rows = None  # ReadAllAvailable
+        end = scan_forward(self._layout(), begin, max_rows)
+        if self._target is not None:
+            end = max(begin, min(end, self._target))
+        self._last = end
+        return {"commitlog_offset": end}
+
+    def getDefaultReadLimit(self):
+        if ReadMaxRows is not None and self.options.max_records_per_trigger:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        return super().getDefaultReadLimit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = current_end_offset(self._layout())
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = start["commitlog_offset"], end["commitlog_offset"]
+        if stop <= begin:
+            return []
+        layout = self._layout()
+        ranges = plan_commit_log_ranges(layout, self.options.split_bytes, begin, stop)
+        return _message_partitions(layout, self.options, ranges) if ranges else []
+
+    def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(partition, self.options, self.arrow_schema)
+
+    def commit(self, end: dict) -> None:
+        pass  # nothing to release: the store is only read
+
+
+def register(spark) -> None:
+    """Register the `rocketmq` format on a SparkSession."""
+    spark.dataSource.register(RocketMQDataSource)
+

@@ -1,0 +1,211 @@
+"""Export job: write the store's tables with Spark and print a summary.
+
+    python -m spark_export --store DIR --out DIR [--format parquet|json|csv] [--topics T1,T2] [--master URL]
+    mq-spark-export ...                                   (console script, same arguments)
+    spark-submit --master URL --py-files spark_export.zip spark_export/job.py --store DIR --out DIR
+
+The job ships its own package to the executors (SparkContext.addPyFile of a zip built on the fly), so an
+installed package or --py-files is only needed when the job is driven some other way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file (spark-submit spark_export/job.py): make the package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spark_export.store import StoreError, StoreLayout, open_store  # noqa: E402
+
+__all__ = ["main", "package_zip", "check_store", "build_session", "export"]
+
+TABLES = ("messages", "consume_queue", "offsets", "topics")
+
+
+class JobError(Exception):
+    """A problem the user must fix; printed without a traceback."""
+
+
+def package_zip(dest_dir: str | None = None) -> str:
+    """A zip of the spark_export package for --py-files / addPyFile (the package has no other project deps)."""
+    pkg = Path(__file__).resolve().parent
+    dest = Path(dest_dir or tempfile.mkdtemp(prefix="spark_export-"))
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / "spark_export.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(pkg.glob("*.py")):
+            zf.write(path, f"spark_export/{path.name}")
+    return str(out)
+
+
+def check_store(layout: StoreLayout) -> list[str]:
+    """Problems that make an export incomplete: commit-log files shorter than their neighbours say."""
+    from spark_export.decode import ChainEnd, locate_records
+    from spark_export.store import mapped
+
+    problems = []
+    files = layout.commit_log_files
+    sizes = [size for _, _, size in files]
+    for i, (base, path, size) in enumerate(files):
+        expected = files[i + 1][0] - base if i + 1 < len(files) else (max(sizes[:-1]) if len(files) > 1 else None)
+        if expected is not None and size < expected:
+            problems.append(f"{path}: truncated ({size} bytes, expected {expected})")
+    if files:
+        base, path, size = files[-1]
+        with mapped(path) as buf:
+            _, pos, why = locate_records(buf, base, 0)
+            if why == ChainEnd.DATA and pos + 4 <= size:
+                declared = int.from_bytes(bytes(buf[pos:pos + 4]), "big", signed=True)
+                if declared > 0 and pos + declared > size:
+                    problems.append(f"{path}: truncated inside the record at offset {base + pos} "
+                                    f"({declared} bytes declared, {size - pos} present)")
+    return problems
+
+
+def _java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        return True
+    return shutil.which("java") is not None
+
+
+def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *, progress: bool = True):
+    """A SparkSession with the `rocketmq` source registered and this package shipped to the executors."""
+    if not _java_available():
+        raise JobError("no Java runtime found: Spark needs Java 17 or newer on PATH or in JAVA_HOME "
+                       "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise JobError("pyspark is not installed: pip install 'pyrocketmq-broker[spark]'") from None
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1" if (master or "local").startswith("local") else "")
+    if not os.environ["SPARK_LOCAL_IP"]:
+        del os.environ["SPARK_LOCAL_IP"]
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    builder = builder.config("spark.ui.showConsoleProgress", "true" if progress else "false")
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    spark = builder.getOrCreate()
+    shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
+    if "spark_export" not in shipped and ".zip" not in __file__:  # imported from a directory: ship a zip
+        spark.sparkContext.addPyFile(package_zip())
+    from spark_export import register
+
+    register(spark)
+    return spark
+
+
+def _writable(df, fmt: str):
+    """CSV has no map/binary types: properties become JSON text, body base64."""
+    if fmt != "csv":
+        return df
+    from pyspark.sql import functions as F
+
+    for name, dtype in df.dtypes:
+        if dtype.startswith("map"):
+            df = df.withColumn(name, F.to_json(F.col(name)))
+        elif dtype == "binary":
+            df = df.withColumn(name, F.base64(F.col(name)))
+    return df
+
+
+def export(spark, store: str, out: str, fmt: str = "parquet", topics: list[str] | None = None,
+           include_body: bool = True) -> dict:
+    """Write every table under out/<table> and return the summary (also printed by main)."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("rocketmq")
+    if topics:
+        reader = reader.option("topics", ",".join(topics))
+    reader = reader.option("include_body", str(include_body).lower())
+    frames = {t: reader.option("table", t).load(store) for t in TABLES}
+    counts = {}
+    for table in TABLES:
+        started = time.monotonic()
+        print(f"[spark_export] writing {table} ...", flush=True)
+        _writable(frames[table], fmt).write.mode("overwrite").format(fmt).save(os.path.join(out, table))
+        counts[table] = spark.read.format(fmt).load(os.path.join(out, table)).count() if fmt != "csv" else None
+        print(f"[spark_export] {table}: {counts[table] if counts[table] is not None else 'written'} rows "
+              f"in {time.monotonic() - started:.1f}s", flush=True)
+    per_topic = {r["topic"]: r["count"] for r in frames["messages"].groupBy("topic").count().collect()}
+    max_offsets = (frames["consume_queue"].groupBy("topic", "queue_id")
+                   .agg((F.max("queue_offset") + 1).alias("max_offset")))
+    lag_rows = (frames["offsets"].join(max_offsets, ["topic", "queue_id"], "left")
+                .withColumn("max_offset", F.coalesce("max_offset", F.lit(0)))
+                .withColumn("lag", F.greatest(F.col("max_offset") - F.col("offset"), F.lit(0)))
+                .orderBy("group", "topic", "queue_id").collect())
+    summary = {
+        "messages_per_topic": dict(sorted(per_topic.items())),
+        "lag": [(r["group"], r["topic"], r["queue_id"], r["max_offset"], r["offset"], r["lag"]) for r in lag_rows],
+        "retry_messages": sum(c for t, c in per_topic.items() if t.startswith("%RETRY%")),
+        "dlq_messages": sum(c for t, c in per_topic.items() if t.startswith("%DLQ%")),
+        "rows": counts,
+    }
+    return summary
+
+
+def print_summary(summary: dict) -> None:
+    print("\nMessages per topic:")
+    for topic, count in summary["messages_per_topic"].items():
+        print(f"  {topic:<40} {count:>12}")
+    print("\nConsumer lag (max offset - committed offset):")
+    print(f"  {'group':<28} {'topic':<28} {'queue':>5} {'max':>10} {'committed':>10} {'lag':>10}")
+    for group, topic, queue_id, max_offset, offset, lag in summary["lag"]:
+        print(f"  {group:<28} {topic:<28} {queue_id:>5} {max_offset:>10} {offset:>10} {lag:>10}")
+    print(f"\nRetry messages: {summary['retry_messages']}   DLQ messages: {summary['dlq_messages']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mq-spark-export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", help="broker store directory (storePathRootDir)")
+    parser.add_argument("--out", help="output directory (one sub-directory per table)")
+    parser.add_argument("--format", default="parquet", choices=("parquet", "json", "csv"))
+    parser.add_argument("--topics", help="comma-separated topics to export (default: all)")
+    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
+    parser.add_argument("--no-body", action="store_true", help="leave message bodies out")
+    parser.add_argument("--allow-truncated", action="store_true",
+                        help="export the complete records of a truncated store instead of failing")
+    parser.add_argument("--make-zip", metavar="DIR", help="only write DIR/spark_export.zip (for --py-files)")
+    args = parser.parse_args(argv)
+    if args.make_zip:
+        print(package_zip(args.make_zip))
+        return 0
+    if not args.store or not args.out:
+        parser.error("--store and --out are required")
+    try:
+        layout = open_store(args.store)
+        problems = check_store(layout)
+        if problems and not args.allow_truncated:
+            raise JobError("the store is truncated (a partial copy?): " + "; ".join(problems)
+                           + ". Re-copy it, or pass --allow-truncated to export the complete records only.")
+        for problem in problems:
+            print(f"[spark_export] warning: {problem}", file=sys.stderr)
+        master = args.master or (None if _under_spark_submit() else "local[*]")
+        spark = build_session(master)
+        try:
+            topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else None
+            summary = export(spark, args.store, args.out, args.format, topics, include_body=not args.no_body)
+        finally:
+            spark.stop()
+    except (StoreError, JobError) as exc:
+        print(f"mq-spark-export: error: {exc}", file=sys.stderr)
+        return 2
+    print_summary(summary)
+    return 0
+
+
+def _under_spark_submit() -> bool:
+    """spark-submit starts the Python driver with a py4j gateway already running (and the master chosen)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

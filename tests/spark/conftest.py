@@ -1,0 +1,62 @@
+"""Fixtures for the Spark exporter tests: one SparkSession and one store written by the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pip install -e '.[spark]' for the Spark exporter tests")
+pytest.importorskip("pyarrow")
+
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise RuntimeError("no Java runtime: .ci/run must install openjdk-17-jre-headless")
+    pytest.skip("no Java runtime for Spark", allow_module_level=True)
+
+from spark_scenario import BROKER_EXTRA, BrokerStore, populate  # noqa: E402
+
+_ROOT_CONFTEST = Path(__file__).resolve().parent.parent / "conftest.py"
+_spec = importlib.util.spec_from_file_location("_spark_tests_root_conftest", _ROOT_CONFTEST)
+_root = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_root)
+BrokerProcess = _root.BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def broker_store(tmp_path_factory) -> BrokerStore:
+    broker = BrokerProcess(tmp_path_factory.mktemp("spark-store"), "broker-spark", extra=BROKER_EXTRA).start()
+    out = BrokerStore(broker.store_dir, broker.addr)
+    try:
+        asyncio.run(populate(broker, out))
+    finally:
+        assert broker.stop() == 0, broker.log_text()[-3000:]  # graceful: offsets and files flushed
+    return out
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    project = str(Path(__file__).resolve().parent.parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if project not in paths:  # Spark's Python workers import spark_export from the checkout
+        os.environ["PYTHONPATH"] = os.pathsep.join([project, *paths])
+    from pyspark.sql import SparkSession
+
+    from spark_export import register
+
+    session = (SparkSession.builder.master("local[2]").appName("spark-export-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
