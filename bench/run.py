@@ -1,6 +1,6 @@
 """End-to-end throughput benchmark: the real broker process + the project's client on 127.0.0.1.
 
-    python bench/run.py [--messages N] [--json] [--phases single,pipelined,batch,pull,push]
+    python bench/run.py [--messages N] [--json] [--phases single,pipelined,batch,pull,push,sqlpull]
 
 Starts `python -m broker -c <generated broker.conf>` on free ports with a temporary store, waits (bounded) for the
 boot line, then measures four phases, each bounded by a message count and a wall-clock limit:
@@ -11,6 +11,9 @@ boot line, then measures four phases, each bounded by a message count and a wall
   pull       pulls everything the batch phase wrote, several requests in flight per queue, count verified
   push       a PushConsumer (new group, CONSUME_FROM_FIRST_OFFSET) consumes everything the batch phase wrote;
              msgs/s from start() until the last message reached the listener, count and duplicates verified
+  sqlpull    (opt-in) --messages messages with tag TagA/TagB alternating and property a = i % 8 are written
+             (untimed), then pulled three times like `pull`: with "*", with tag "TagA" (half match) and with
+             the issue's SQL92 selector (a between 0 and 3: half match); msgs/s delivered and examined
 
 The broker is stopped with SIGTERM at the end (SIGKILL if it does not exit, or on failure).
 Profiling helpers: --profile-client DIR writes one cProfile file per phase of the client side;
@@ -40,12 +43,21 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from client import ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer  # noqa: E402
+from client import (  # noqa: E402
+    ConsumeResult,
+    Message,
+    MessageSelector,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+)
 
 BOOT_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 BODY = b"x" * 128
 TAG = "TagA"
+SQL_SELECTOR = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
 
 
 # ---------------------------------------------------------------------------------------------- broker process
@@ -73,6 +85,7 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
         "autoCreateTopicEnable=true",
         "autoCreateSubscriptionGroup=true",
         "defaultTopicQueueNums=4",
+        "enablePropertyFilter=true",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -162,6 +175,7 @@ class PhaseResult:
         self.note = note
         self.client_cpu = 0.0  # CPU seconds the bench process used during the phase
         self.broker_cpu = 0.0  # CPU seconds the broker process used during the phase
+        self.examined: int | None = None  # filtered pulls: queue entries the broker looked at
 
     @property
     def rate(self) -> float:
@@ -170,7 +184,9 @@ class PhaseResult:
     def as_dict(self) -> dict:
         return {"phase": self.name, "messages": self.messages, "seconds": round(self.seconds, 3),
                 "msgs_per_s": round(self.rate), "client_cpu_s": round(self.client_cpu, 2),
-                "broker_cpu_s": round(self.broker_cpu, 2), "note": self.note}
+                "broker_cpu_s": round(self.broker_cpu, 2), "note": self.note,
+                **({} if self.examined is None else {"examined": self.examined,
+                                                    "examined_per_s": round(self.examined / self.seconds)})}
 
 
 class Profiling:
@@ -364,6 +380,116 @@ async def phase_push(namesrv: str, topic: str, expected: int, limit_s: float, pu
     return PhaseResult("push", received, seconds, note)
 
 
+async def produce_filter_topic(producer: Producer, topic: str, count: int, batch_size: int,
+                               in_flight: int) -> tuple[int, int, int]:
+    """Message i: tag TagA (even i) / TagB (odd i), property a = i % 8, so tag "TagA" and SQL_SELECTOR (a between 0
+    and 3) each match half. Untimed. Returns (messages stored, SQL matches, TagA matches)."""
+    stored = sql = tag = 0
+    next_i = 0
+
+    def make(i: int) -> Message:
+        return Message(topic, BODY, tags="TagA" if i % 2 == 0 else "TagB", properties={"a": str(i % 8)})
+
+    await producer.send(make(0))  # route warm-up / topic creation
+    stored, sql, tag = 1, 1, 1
+
+    async def worker() -> None:
+        nonlocal next_i, stored, sql, tag
+        while next_i < count - 1:
+            first = next_i + 1
+            n = min(batch_size, count - 1 - next_i)
+            next_i += n
+            await producer.send_batch([make(i) for i in range(first, first + n)])
+            stored += n
+            sql += sum(1 for i in range(first, first + n) if i % 8 < 4)
+            tag += sum(1 for i in range(first, first + n) if i % 2 == 0)
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return stored, sql, tag
+
+
+async def phase_filtered_pull(consumer: PullConsumer, topic: str, name: str, selector: MessageSelector | str,
+                              expected: int, limit_s: float, max_nums: int, per_queue: int,
+                              check=None) -> PhaseResult:
+    """Like phase_pull, with a selector: every queue is read from min to max offset in per_queue concurrent ranges;
+    the broker examines up to 800 entries per pull and answers the offset to continue from. Delivered messages are
+    counted against `expected`; check(message) is applied to the first message of every response."""
+    queues = await consumer.fetch_message_queues(topic)
+    bounds = [(mq, await consumer.min_offset(mq), await consumer.max_offset(mq)) for mq in queues]
+    examined = sum(hi - lo for _, lo, hi in bounds)
+    delivered = pulls = 0
+    bad: list[str] = []
+    start = time.perf_counter()
+    deadline = start + limit_s
+
+    async def read_range(mq, lo: int, hi: int) -> None:
+        nonlocal delivered, pulls
+        offset = lo
+        while offset < hi and time.perf_counter() < deadline:
+            result = await consumer.pull(mq, selector, offset, max_nums)
+            pulls += 1
+            if result.status not in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
+                raise RuntimeError(f"{name} {mq} @ {offset}: {result.status}")
+            if result.next_begin_offset <= offset:
+                raise RuntimeError(f"{name} {mq} @ {offset}: no progress")
+            messages = result.messages
+            if messages and check is not None and not check(messages[0]):
+                bad.append(f"{mq.queue_id}@{messages[0].queue_offset}")
+            # The broker does not know our range end; never count past it.
+            delivered += sum(1 for m in messages if m.queue_offset < hi)
+            offset = result.next_begin_offset
+
+    tasks = []
+    for mq, lo, hi in bounds:
+        step = max(1, -(-(hi - lo) // per_queue))
+        tasks.extend(read_range(mq, r_lo, min(hi, r_lo + step)) for r_lo in range(lo, hi, step))
+    await asyncio.gather(*tasks)
+    seconds = time.perf_counter() - start
+    result = PhaseResult(name, delivered, seconds)
+    result.examined = examined
+    result.note = (f"examined {examined:,} ({examined / seconds:,.0f}/s), {pulls} pulls, "
+                   f"{delivered / max(1, examined):.0%} delivered")
+    if delivered != expected or bad:
+        result.note += f" COUNT MISMATCH: delivered {delivered}, expected {expected}; wrong: {bad[:5]}"
+    else:
+        result.note += ", count verified"
+    return result
+
+
+async def phase_sqlpull(namesrv: str, stamp: int, args, profiling: Profiling) -> list[PhaseResult]:
+    """The filtered-pull comparison on one topic: unfiltered, tag (50%) and SQL92 (50%) pulls of the same data."""
+    topic = f"BenchFilter{stamp}"
+    producer = Producer("BenchFilterProducerGroup", namesrv, send_timeout=30.0)
+    await producer.start()
+    try:
+        stored, sql_matches, tag_matches = await produce_filter_topic(
+            producer, topic, args.messages, args.batch_size, args.batches_in_flight)
+    finally:
+        await producer.shutdown()
+    results = []
+    consumer = PullConsumer("BenchFilterConsumerGroup", namesrv, pull_timeout=30.0)
+    await consumer.start()
+    try:
+        runs = [
+            ("pull-all", "*", stored, None),
+            ("pull-tag", "TagA", tag_matches, lambda m: m.tags == "TagA"),
+            ("pull-sql", MessageSelector.sql(SQL_SELECTOR), sql_matches, lambda m: int(m.properties["a"]) <= 3),
+        ]
+        for name, selector, expected, check in runs:
+            mq = (await consumer.fetch_message_queues(topic))[0]
+            await consumer.pull(mq, selector, 0, 1)  # connection and selector-compile warm-up, not timed
+            with profiling.phase(f"sqlpull_{name}", results):
+                results.append(await phase_filtered_pull(consumer, topic, name, selector, expected, args.limit,
+                                                         args.max_nums, args.pulls_per_queue, check))
+            print(_row(results[-1]), file=sys.stderr, flush=True)
+    finally:
+        await consumer.shutdown()
+    base = results[0].rate
+    for r in results[1:]:
+        r.note += f"; {r.rate / base:.0%} of the unfiltered delivery rate" if base else ""
+    return results
+
+
 async def run_phases(args, namesrv: str, profiling: Profiling) -> list[PhaseResult]:
     results: list[PhaseResult] = []
     phases = set(args.phases.split(","))
@@ -412,11 +538,14 @@ async def run_phases(args, namesrv: str, profiling: Profiling) -> list[PhaseResu
             results.append(await phase_push(namesrv, batch_topic, stored, args.limit, args.push_pull_batch,
                                             args.push_consume_batch, args.push_threads))
         print(_row(results[-1]), file=sys.stderr, flush=True)
+    if "sqlpull" in phases:
+        results.extend(await phase_sqlpull(namesrv, stamp, args, profiling))
     return results
 
 
 # ---------------------------------------------------------------------------------------------- output
 TARGETS = {"pipelined": 40_000, "batch": 150_000, "pull": 200_000, "push": 100_000}
+# pull-tag / pull-sql: target >= 50% of pull-all's delivery rate (checked in the note, not here)
 
 
 def _row(r: PhaseResult) -> str:
@@ -445,8 +574,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="maxMsgNums per pull (the broker also caps a pull at 256 KiB of records)")
     parser.add_argument("--pulls-per-queue", type=int, default=4, help="concurrent pull ranges per queue")
     parser.add_argument("--phases", default="single,pipelined,batch,pull,push",
-                        help="comma-separated subset of single,pipelined,batch,pull,push (pull and push read what "
-                             "batch wrote; batch runs untimed when only they are selected)")
+                        help="comma-separated subset of single,pipelined,batch,pull,push,sqlpull (pull and push "
+                             "read what batch wrote; batch runs untimed when only they are selected; sqlpull is "
+                             "opt-in and writes its own --messages messages)")
     parser.add_argument("--push-pull-batch", type=int, default=512,
                         help="push phase: PushConsumer pull_batch_size (maxMsgNums per pull)")
     parser.add_argument("--push-consume-batch", type=int, default=1,

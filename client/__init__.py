@@ -20,6 +20,7 @@ from client.errors import (
     RemotingConnectError,
     RemotingError,
     RemotingTimeoutError,
+    SubscriptionCheckError,
 )
 from client.message import (
     ConsumeOrderlyResult,
@@ -62,4 +63,5 @@ __all__ = [
     "RemotingClosedError",
     "RemotingConnectError",
     "RemotingTimeoutError",
+    "SubscriptionCheckError",
 ]

@@ -30,6 +30,7 @@ from client.consume_service import RETRY_PREFIX, Listener, is_async_listener, re
 from client.message import ConsumeOrderlyResult, ConsumeResult, MessageExt
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
+from client.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +136,7 @@ class ConsumeOrderlyService:
         if state is None:
             return True
         if state.busy:
-            try:
-                await asyncio.wait_for(state.idle.wait(), timeout)
-            except asyncio.TimeoutError:
+            if not await wait_event(state.idle, timeout):
                 return False
         self._states.pop(pq, None)
         if state.task is not None:

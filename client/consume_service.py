@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from client.message import ConsumeResult, MessageExt
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
+from client.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,7 @@ class ConsumeService:
         while not self._queue.empty():
             self._queue.get_nowait()
         if self._busy:
-            try:
-                await asyncio.wait_for(self._idle.wait(), grace)
-            except asyncio.TimeoutError:
+            if not await wait_event(self._idle, grace):
                 log.warning("group %s: %d consume call(s) still running after %.1fs; their messages will be "
                             "redelivered", self.group, self._busy, grace)
         for task in self._workers:

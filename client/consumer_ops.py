@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from client.errors import MQBrokerError, MQClientError
+from client.errors import MQBrokerError, MQClientError, RemotingError, SubscriptionCheckError
 from client.instance import ClientInstance, _int
 from client.message import PULL_STATUS_BY_CODE, MessageExt, MessageQueue, MessageSelector, PullResult, PullStatus
 from protocol.codes import (
@@ -19,6 +19,7 @@ from protocol.codes import (
     ResponseCode,
 )
 from protocol.command import RemotingCommand
+from protocol.jsonlenient import dumps_compact
 from protocol.message import RecordError, iter_records
 
 
@@ -72,6 +73,43 @@ class ConsumerOps:
         if not queues:
             raise MQClientError(f"topic {topic!r} has no readable queue")
         return queues
+
+    def subscription_data(self, topic: str, selector: MessageSelector) -> dict:
+        """SubscriptionData JSON (heartbeats, CHECK_CLIENT_CONFIG)."""
+        return {
+            "topic": topic,
+            "subString": selector.expression,
+            "tagsSet": sorted(selector.tags_set),
+            "codeSet": list(selector.code_set),
+            "subVersion": self._sub_version(topic, selector.expression),
+            "expressionType": selector.expression_type,
+            "classFilterMode": False,
+        }
+
+    async def check_client_config(self, topic: str, selector: MessageSelector, timeout: float | None = None) -> None:
+        """CHECK_CLIENT_CONFIG (46) to every broker serving topic, for a non-TAG (SQL92) subscription; the broker's
+        decision is final (no local syntax check). Raises SubscriptionCheckError with the broker's code and remark
+        when one refuses (1: enablePropertyFilter=false, 23: the selector does not compile). A topic without a route
+        yet is not checked (its brokers will refuse the pulls with the same remark)."""
+        if selector.expression_type == "TAG":
+            return
+        route = self.instance.routes.get(topic)
+        if route is None:
+            return
+        body = dumps_compact({"clientId": self.instance.client_id, "group": self.group,
+                              "subscriptionData": self.subscription_data(topic, selector)})
+        for broker in route.brokers:
+            addr = broker.master_addr or next(iter(broker.addrs.values()), None)
+            if not addr:
+                continue
+            cmd = RemotingCommand(code=RequestCode.CHECK_CLIENT_CONFIG, ext_fields={}, body=body)
+            try:
+                reply = await self.instance.invoke_broker(addr, cmd, timeout)
+            except RemotingError as exc:
+                raise MQClientError(f"cannot check the {selector.expression_type} subscription of group "
+                                    f"{self.group!r} to topic {topic!r} with broker {addr}: {exc}") from exc
+            if reply.code != ResponseCode.SUCCESS:
+                raise SubscriptionCheckError(reply.code, reply.remark, addr, self.group, topic, selector.expression)
 
     # ------------------------------------------------------------------ pull
     def _sub_version(self, topic: str, expression: str) -> int:

@@ -36,3 +36,22 @@ class MQBrokerError(MQClientError):
         self.addr = addr
         where = f" from {addr}" if addr else ""
         super().__init__(f"response code {code}{where}: {remark or ''}")
+
+
+class SubscriptionCheckError(MQBrokerError):
+    """A broker refused a consumer's SQL92 subscription at start-up (CHECK_CLIENT_CONFIG): `code` and `remark` are the
+    broker's (1 = the broker runs with enablePropertyFilter=false, 23 = the selector does not compile)."""
+
+    def __init__(self, code: int, remark: str | None, addr: str | None, group: str, topic: str, expression: str) -> None:
+        super().__init__(code, remark, addr)
+        self.group = group
+        self.topic = topic
+        self.expression = expression
+        self.args = (
+            f"broker {addr} refused the SQL92 subscription of group {group!r} to topic {topic!r} "
+            f"(response code {code}): {remark or 'no remark'}; selector: {_clip(expression)}",
+        )
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"

@@ -14,6 +14,7 @@ import time
 from collections import deque
 
 from client.message import MessageExt, MessageQueue
+from client.waiting import wait_event
 
 __all__ = ["ProcessQueue"]
 
@@ -126,11 +127,9 @@ class ProcessQueue:
         if self._resume is None:
             self._resume = asyncio.Event()
         self._resume.clear()
-        try:
-            await asyncio.wait_for(self._resume.wait(), timeout)
-        except asyncio.TimeoutError:
-            return not self.over_threshold()
-        return True
+        if await wait_event(self._resume, timeout):
+            return True
+        return not self.over_threshold()
 
     def __len__(self) -> int:
         return len(self.inflight)

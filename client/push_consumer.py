@@ -16,6 +16,11 @@ CLUSTERING mode a queue is then pulled and consumed only under the broker's lock
 before its first pull (its start offset is read from the broker after that), renewed every 20 s, released when
 rebalancing moves it away and at shutdown.
 
+SQL92 subscriptions are checked at start with every broker of the topic (CHECK_CLIENT_CONFIG, the broker's decision is
+final): a refusal (enablePropertyFilter=false, or a selector that does not compile) fails start() with
+client.errors.SubscriptionCheckError carrying the broker's code and remark. The client never re-filters SQL92 messages;
+tag subscriptions are re-filtered by exact tag string (the broker matches hash codes only).
+
 Shutdown is graceful: stop pulling, hand back queued messages, let running listeners finish (up to
 `shutdown_grace` seconds), commit offsets and wait for the broker's acknowledgement, unregister from the brokers.
 """
@@ -40,6 +45,7 @@ from client.process_queue import ProcessQueue
 from client.queue_locks import LOCK_RENEW_INTERVAL, QueueLocks
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from client.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -193,17 +199,7 @@ class PushConsumer:
     def _heartbeat_data(self) -> dict:
         subscriptions = []
         for topic, sel in sorted(self._all_subscriptions().items()):
-            subscriptions.append(
-                {
-                    "topic": topic,
-                    "subString": sel.expression,
-                    "tagsSet": sorted(sel.tags_set),
-                    "codeSet": list(sel.code_set),
-                    "subVersion": self._ops._sub_version(topic, sel.expression),
-                    "expressionType": sel.expression_type,
-                    "classFilterMode": False,
-                }
-            )
+            subscriptions.append(self._ops.subscription_data(topic, sel))
         return {
             "consumerDataSet": [
                 {
@@ -260,6 +256,12 @@ class PushConsumer:
                 # Expected for %RETRY%<group> on a group's first start: the broker creates it on our heartbeat.
                 level = logging.DEBUG if topic.startswith(RETRY_PREFIX) else logging.WARNING
                 log.log(level, "no route for subscribed topic %s yet: %s", topic, exc.remark)
+        try:  # SQL92 subscriptions: every broker of the topic must accept the selector (CHECK_CLIENT_CONFIG)
+            for topic, selector in self._subscriptions.items():
+                await self._ops.check_client_config(topic, selector)
+        except BaseException:
+            await self._abort_start()
+            raise
         await self._instance.heartbeat_all()
         await self._rebalance()
         self._service_tasks = [
@@ -268,6 +270,13 @@ class PushConsumer:
         ]
         if self._uses_locks:
             self._service_tasks.append(asyncio.create_task(self._lock_service(), name=f"lock-mq-{self.group}"))
+
+    async def _abort_start(self) -> None:
+        """start() failed after the instance started: stop the consume service, unregister and close."""
+        self._started = False
+        self._stopping = True
+        await self._consume.shutdown(0)
+        await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
 
     async def shutdown(self, consume_grace: float | None = None) -> None:
         """Stop pulling, finish running listeners, commit offsets (acknowledged), unregister, close."""
@@ -314,11 +323,8 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ rebalancing
     async def _rebalance_service(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
-            except asyncio.TimeoutError:
-                pass
+        while not self._stopping:
+            await wait_event(self._rebalance_now, self.rebalance_interval)
             self._rebalance_now.clear()
             try:
                 await self._rebalance()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from client import ConsumeResult, Message, MessageSelector, Producer, PullConsumer, SendStatus
+from client import ConsumeResult, Message, MessageSelector, Producer, PullConsumer, PushConsumer, SendStatus
 from conftest import BrokerProcess
 
 from .client_helpers import Recorder, push_consumer, wait_for
@@ -394,3 +394,20 @@ async def test_send_async_and_callback(mq_broker):
     assert all(r.status is SendStatus.SEND_OK for r in results)
     await wait_for(lambda: len(done) == 20, "20 callbacks")
     assert all(e is None and r.status is SendStatus.SEND_OK for r, e in done)
+
+
+async def test_shutdown_with_default_intervals_is_prompt(mq_broker):
+    """Default rebalance interval (20 s) and long-poll hold (15 s): shutdown must not wait for either. A cancellation
+    swallowed by the rebalance loop used to keep shutdown() waiting forever."""
+    ns = mq_broker.namesrv_addr
+    await produce(ns, "ShutdownDefaults", 8, prefix="sd")
+    recorder = Recorder()
+    consumer = PushConsumer("cg-shutdown-defaults", ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    consumer.subscribe("ShutdownDefaults", "*")
+    consumer.register_listener(recorder)
+    await consumer.start()
+    await wait_for(lambda: len(recorder.bodies) == 8, "all 8 messages")
+    await asyncio.sleep(0.5)  # every pull is now held by the broker (long polling)
+    started = time.monotonic()
+    await asyncio.wait_for(consumer.shutdown(), 10)
+    assert time.monotonic() - started < 5

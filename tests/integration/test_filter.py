@@ -1,6 +1,7 @@
 """Message filtering against the real broker subprocess: TAG and SQL92 subscriptions on the pull's
 subscription flag and from heartbeats, the scan cap, SUBSCRIPTION_PARSE_FAILED (23) on every path,
-enablePropertyFilter=false refusals, and long polling that wakes only for a matching SQL message."""
+enablePropertyFilter=false refusals, pathological selectors (deep nesting, 1 MiB, 10,000-item IN) on the pull flag,
+heartbeat and CHECK_CLIENT_CONFIG paths, and long polling that wakes only for a matching SQL message."""
 
 from __future__ import annotations
 
@@ -164,6 +165,34 @@ async def test_hostile_selectors_are_answered(client):
     items = ",".join(f"'v{i}'" for i in range(10_000))
     wide = await _pull(client, topic, "fh", sub=f"a IN ({items})", expression_type="SQL92")
     assert wide.code == 0 and _bodies(wide) == [b"x"]
+
+
+async def test_hostile_selectors_by_heartbeat_and_client_check(client, filter_broker):
+    """The same inputs registered by heartbeat (then pulled without the subscription flag) and sent in
+    CHECK_CLIENT_CONFIG: answered on every path, and the broker keeps serving."""
+    topic = "FilterHostileHb"
+    await _send(client, topic, b"x", a="v9999")
+    items = ",".join(f"'v{i}'" for i in range(10_000))
+    cases = [
+        ("deep", "(" * 100_000 + "a = 'x'" + ")" * 100_000, R.SUBSCRIPTION_PARSE_FAILED, "nested"),
+        ("huge", "a = '" + "x" * (1 << 20) + "'", R.SUBSCRIPTION_PARSE_FAILED, "limit"),
+        ("wide", f"a IN ({items})", R.SUCCESS, None),
+    ]
+    for name, selector, code, remark_part in cases:
+        started = time.monotonic()
+        group = f"fhh-{name}"
+        assert (await _heartbeat(client, f"127.0.0.1@{group}", group, topic, selector, "SQL92")).code == 0
+        pulled = await _pull(client, topic, group, sys_flag=0)
+        assert pulled.code == code, (name, pulled.remark)
+        checked = await _check_client(client, group, selector)
+        assert checked.code == code, (name, checked.remark)
+        if remark_part is None:
+            assert _bodies(pulled) == [b"x"]
+        else:
+            assert remark_part in pulled.remark and checked.remark == pulled.remark, name
+        assert time.monotonic() - started < 10, name
+    async with await WireClient.connect(filter_broker.addr) as fresh:  # still serving
+        assert _bodies(await _pull(fresh, topic, "fhh-after", sub="a = 'v9999'", expression_type="SQL92")) == [b"x"]
 
 
 async def test_long_poll_wakes_only_for_a_matching_sql_message(client, filter_broker):
