@@ -65,6 +65,7 @@ class ReadOptions:
     commit_log_dir: str | None = None
     starting_offset: str = "earliest"
     max_records_per_trigger: int | None = None
+    columns: tuple[str, ...] | None = None  # read only these columns (the API has no automatic pruning)
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
@@ -75,6 +76,8 @@ class ReadOptions:
         topics = opts.get("topics")
         topic_set = frozenset(t.strip() for t in topics.split(",") if t.strip()) if topics else None
         max_rows = opts.get("maxrecordspertrigger") or opts.get("max_records_per_trigger")
+        columns = opts.get("columns")
+        column_list = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
         return cls(
             path=path,
             table=opts.get("table", "messages").lower(),
@@ -87,6 +90,7 @@ class ReadOptions:
             commit_log_dir=opts.get("commitlog_dir") or None,
             starting_offset=str(opts.get("startingoffset") or opts.get("starting_offset") or "earliest").lower(),
             max_records_per_trigger=int(max_rows) if max_rows else None,
+            columns=column_list,
         )
 
     def layout(self) -> StoreLayout:
@@ -101,7 +105,10 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> str:
-        return ddl_for(ReadOptions.parse(self.options).table)
+        options = ReadOptions.parse(self.options)
+        if options.columns:
+            return _columns_ddl(options.table, options.columns)
+        return ddl_for(options.table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = ReadOptions.parse(self.options)
@@ -112,6 +119,26 @@ class RocketMQDataSource(DataSource):
         if options.table != "messages":
             raise ValueError("rocketmq streaming reads the messages table only")
         return RocketMQStreamReader(options, _requested_arrow_schema(options.table, schema))
+
+
+def _columns_ddl(table: str, columns: tuple[str, ...]) -> str:
+    """DDL for the `columns` option: the named columns of the table, in the order given.
+
+    Spark's Python Data Source API (4.x) does not tell a reader which columns a query uses, so every column of
+    the schema is decoded and shipped to the JVM; `columns` (or a user-given schema) is the way to prune.
+    """
+    full = arrow_for(table)
+    unknown = [c for c in columns if full.get_field_index(c) < 0]
+    if unknown:
+        raise ValueError(f"rocketmq table {table!r} has no column(s) {unknown}; columns: {full.names}")
+    spark_types = dict(_spark_types(table))
+    return ", ".join(f"`{c}` {spark_types[c]}" for c in columns)
+
+
+def _spark_types(table: str) -> list[tuple[str, str]]:
+    from spark_export.schema import TABLE_FIELDS
+
+    return [(name, spark_type) for name, spark_type, _ in TABLE_FIELDS[table]]
 
 
 def _requested_arrow_schema(table: str, schema: StructType) -> pa.Schema:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = [
-    "TABLES", "MESSAGES_DDL", "CONSUME_QUEUE_DDL", "OFFSETS_DDL", "TOPICS_DDL",
+    "TABLES", "TABLE_FIELDS", "MESSAGES_DDL", "CONSUME_QUEUE_DDL", "OFFSETS_DDL", "TOPICS_DDL",
     "MESSAGES_ARROW", "CONSUME_QUEUE_ARROW", "OFFSETS_ARROW", "TOPICS_ARROW", "ddl_for", "arrow_for",
 ]
 
@@ -88,6 +88,13 @@ MESSAGES_ARROW = _arrow(MESSAGES_FIELDS)
 CONSUME_QUEUE_ARROW = _arrow(CONSUME_QUEUE_FIELDS)
 OFFSETS_ARROW = _arrow(OFFSETS_FIELDS)
 TOPICS_ARROW = _arrow(TOPICS_FIELDS)
+
+TABLE_FIELDS = {
+    "messages": MESSAGES_FIELDS,
+    "consume_queue": CONSUME_QUEUE_FIELDS,
+    "offsets": OFFSETS_FIELDS,
+    "topics": TOPICS_FIELDS,
+}
 
 TABLES = {
     "messages": (MESSAGES_DDL, MESSAGES_ARROW),

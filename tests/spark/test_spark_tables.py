@@ -165,6 +165,15 @@ def test_byte_range_splits_topics_option_and_pruned_schema(spark, broker_store, 
     want = sorted((r.topic, r.queue_offset, r.tags or "") for r in by_offset.values()
                   if r.topic in ("SparkAudit", DLQ_TOPIC))
     assert got == want
+    picked = spark.read.format("rocketmq").option("columns", "keys, uniq_key,commitlog_offset,retry_topic").load(store)
+    assert picked.columns == ["keys", "uniq_key", "commitlog_offset", "retry_topic"]
+    assert sorted(picked.collect(), key=lambda r: r.commitlog_offset) == sorted(
+        ((r.keys, r.uniq_key, r.commitlog_offset, r.retry_topic) for r in by_offset.values()), key=lambda t: t[2])
+    header = spark.read.format("rocketmq").option("columns", "commitlog_offset,queue_id,sysflag,born_timestamp").load(store)
+    assert sorted(tuple(r) for r in header.collect()) == sorted(
+        (r.commitlog_offset, r.queue_id, r.sysflag, r.born_timestamp) for r in by_offset.values())
+    with pytest.raises(Exception, match="no column"):
+        spark.read.format("rocketmq").option("columns", "topic,nope").load(store).collect()
     nobody = spark.read.format("rocketmq").option("include_body", "false").load(store)
     assert nobody.where(F.col("body").isNotNull()).count() == 0
     raw = spark.read.format("rocketmq").option("decompress", "false").load(store).where("compressed").collect()
