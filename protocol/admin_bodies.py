@@ -7,8 +7,8 @@ parse it) and read it back with `loads_fastjson`, a small parser that accepts ob
 
 Classes: TopicOffset, TopicStatsTable (GET_TOPIC_STATS_INFO 202), OffsetWrapper, ConsumeStats
 (GET_CONSUME_STATS 208), Connection, ConsumerConnection (GET_CONSUMER_CONNECTION_LIST 203),
-KVTable (GET_BROKER_RUNTIME_INFO 28). Plain-JSON bodies reuse protocol.bodies (TopicConfigSerializeWrapper,
-SubscriptionGroupConfig, ClusterInfo, TopicList).
+KVTable (GET_BROKER_RUNTIME_INFO 28). Plain-JSON bodies reuse protocol.config_bodies (TopicConfigSerializeWrapper,
+SubscriptionGroupConfig) and protocol.bodies (ClusterInfo, TopicList).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from protocol.bodies import MessageQueue, SubscriptionData, _dict, _enum_name, _int, _str
+from protocol.bodies import MessageQueue, SubscriptionData
+from protocol.json_body import as_dict, as_enum_name, as_int, as_str
 from protocol.bodies import CONSUME_FROM_WHERE, CONSUME_TYPES, MESSAGE_MODELS
 from protocol.jsonlenient import dumps_compact
 
@@ -208,7 +209,7 @@ class TopicOffset:
     @classmethod
     def from_json(cls, obj: Any) -> "TopicOffset":
         d = _as_obj(obj)
-        return cls(_int(d.get("minOffset")), _int(d.get("maxOffset")), _int(d.get("lastUpdateTimestamp")))
+        return cls(as_int(d.get("minOffset")), as_int(d.get("maxOffset")), as_int(d.get("lastUpdateTimestamp")))
 
     def to_json(self) -> dict:
         return {"lastUpdateTimestamp": self.last_update_timestamp, "maxOffset": self.max_offset,
@@ -244,7 +245,7 @@ class OffsetWrapper:
     @classmethod
     def from_json(cls, obj: Any) -> "OffsetWrapper":
         d = _as_obj(obj)
-        return cls(_int(d.get("brokerOffset")), _int(d.get("consumerOffset")), _int(d.get("lastTimestamp")))
+        return cls(as_int(d.get("brokerOffset")), as_int(d.get("consumerOffset")), as_int(d.get("lastTimestamp")))
 
     def to_json(self) -> dict:
         return {"brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset,
@@ -294,7 +295,7 @@ class Connection:
                 language = LanguageCode(language).name
             except ValueError:
                 language = str(language)
-        return cls(_str(d.get("clientId")), _str(d.get("clientAddr")), _str(language, "JAVA"), _int(d.get("version")))
+        return cls(as_str(d.get("clientId")), as_str(d.get("clientAddr")), as_str(language, "JAVA"), as_int(d.get("version")))
 
     def to_json(self) -> dict:
         return {"clientAddr": self.client_addr, "clientId": self.client_id, "language": self.language,
@@ -313,13 +314,13 @@ class ConsumerConnection:
     def decode(cls, data: Any) -> "ConsumerConnection":
         d = _as_obj(data)
         connections = d.get("connectionSet") or []
-        subs = _dict(d.get("subscriptionTable"))
+        subs = as_dict(d.get("subscriptionTable"))
         return cls(
             connection_set=[Connection.from_json(c) for c in connections if isinstance(c, dict)],
             subscription_table={str(t): SubscriptionData.from_json(s) for t, s in subs.items() if isinstance(s, dict)},
-            consume_type=_enum_name(d.get("consumeType"), CONSUME_TYPES, "") or None,
-            message_model=_enum_name(d.get("messageModel"), MESSAGE_MODELS, "") or None,
-            consume_from_where=_enum_name(d.get("consumeFromWhere"), CONSUME_FROM_WHERE, "") or None,
+            consume_type=as_enum_name(d.get("consumeType"), CONSUME_TYPES, "") or None,
+            message_model=as_enum_name(d.get("messageModel"), MESSAGE_MODELS, "") or None,
+            consume_from_where=as_enum_name(d.get("consumeFromWhere"), CONSUME_FROM_WHERE, "") or None,
         )
 
     def to_json(self) -> dict:
@@ -347,12 +348,12 @@ class KVTable:
 
     @classmethod
     def decode(cls, data: Any) -> "KVTable":
-        raw = _dict(_as_obj(data).get("table"))
-        return cls({str(k): _str(v) for k, v in raw.items()})
+        raw = as_dict(_as_obj(data).get("table"))
+        return cls({str(k): as_str(v) for k, v in raw.items()})
 
     @classmethod
     def of(cls, items: Iterable[tuple[str, Any]]) -> "KVTable":
-        return cls({k: _str(v) for k, v in items})
+        return cls({k: as_str(v) for k, v in items})
 
     def encode(self) -> bytes:
         return dumps_compact({"table": dict(sorted(self.table.items()))})

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.filter import MessageFilter, SelectorError, UnsupportedExpressionType, build_filter
-from broker.managers.persistence import PersistentTable, as_int
+from broker.managers.persistence import PersistentTable
+from protocol.json_body import as_int
 
 log = logging.getLogger(__name__)
 

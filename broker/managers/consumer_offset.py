@@ -11,7 +11,8 @@ import asyncio
 import os
 from typing import Any, Callable
 
-from broker.managers.persistence import PersistentTable, as_int
+from broker.managers.persistence import PersistentTable
+from protocol.json_body import as_int
 
 TOPIC_GROUP_SEPARATOR = "@"
 FILE_NAME = "consumerOffset.json"

@@ -11,57 +11,31 @@ import logging
 import time
 from typing import Any, Callable
 
+from protocol.json_body import as_int
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PERSIST_DELAY_S = 0.2
 
 
 def bump_version(version: Any) -> None:
-    """Advance a protocol.bodies.DataVersion after a change; the timestamp strictly increases so two
+    """Advance a protocol.config_bodies.DataVersion after a change; the timestamp strictly increases so two
     quick changes never compare equal."""
     version.counter += 1
     version.timestamp = max(int(time.time() * 1000), version.timestamp + 1)
 
 
 def data_version_key(obj: Any) -> tuple[int, int, int]:
-    """Comparable identity of a DataVersion given as a protocol.bodies.DataVersion or a JSON dict."""
+    """Comparable identity of a DataVersion given as a protocol.config_bodies.DataVersion or a JSON dict."""
     if obj is None:
         return (0, 0, 0)
     if isinstance(obj, dict):
-        return (_as_int(obj.get("stateVersion"), 0), _as_int(obj.get("timestamp"), 0), _as_int(obj.get("counter"), 0))
+        return (as_int(obj.get("stateVersion"), 0), as_int(obj.get("timestamp"), 0), as_int(obj.get("counter"), 0))
     return (
-        _as_int(getattr(obj, "state_version", 0), 0),
-        _as_int(getattr(obj, "timestamp", 0), 0),
-        _as_int(getattr(obj, "counter", 0), 0),
+        as_int(getattr(obj, "state_version", 0), 0),
+        as_int(getattr(obj, "timestamp", 0), 0),
+        as_int(getattr(obj, "counter", 0), 0),
     )
-
-
-def _as_int(value: Any, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return default
-
-
-def as_int(value: Any, default: int = 0) -> int:
-    """Liberal int conversion for JSON written by other implementations (numbers as strings)."""
-    return _as_int(value, default)
-
-
-def as_bool(value: Any, default: bool = False) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return value != 0
-    return str(value).strip().lower() == "true"
 
 
 def open_json_file(path: str) -> Any:

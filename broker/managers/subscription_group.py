@@ -1,4 +1,4 @@
-"""Consumer group settings (``protocol.bodies.SubscriptionGroupConfig``), persisted as
+"""Consumer group settings (``protocol.config_bodies.SubscriptionGroupConfig``), persisted as
 config/subscriptionGroup.json."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from broker.managers.persistence import PersistentTable, bump_version
-from protocol.bodies import DataVersion, SubscriptionGroupConfig
+from protocol.config_bodies import DataVersion, SubscriptionGroupConfig
 
 FILE_NAME = "subscriptionGroup.json"
 

@@ -1,4 +1,4 @@
-"""Topic configurations of this broker (``protocol.bodies.TopicConfig`` objects), persisted as config/topics.json.
+"""Topic configurations of this broker (``protocol.config_bodies.TopicConfig`` objects), persisted as config/topics.json.
 
 Holds the system topics every RocketMQ broker has, creates topics on first send through TBW102
 (reference §4.3.5), retry/DLQ topics for consumer groups, and tells listeners about every change
@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any, Iterable
 
 from broker.managers.persistence import PersistentTable, bump_version
-from protocol.bodies import DataVersion, TopicConfig
+from protocol.config_bodies import DataVersion, TopicConfig
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from broker.managers.persistence import as_int, data_version_key
+from broker.managers.persistence import data_version_key
+from protocol.json_body import as_int
 
 log = logging.getLogger(__name__)
 

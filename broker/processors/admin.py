@@ -26,7 +26,8 @@ from protocol.admin_bodies import (
     TopicOffset,
     TopicStatsTable,
 )
-from protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig
+from protocol.bodies import MessageQueue
+from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.codes import BROKER_VERSION, PERM_PRIORITY, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (

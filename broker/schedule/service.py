@@ -22,7 +22,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Callable
 
-from broker.managers.persistence import as_int, open_json_file
+from broker.managers.persistence import open_json_file
+from protocol.json_body import as_int
 from broker.schedule.delay import SCHEDULE_TOPIC, restore_from_schedule
 from protocol.jsonlenient import dumps_compact
 from protocol.message import RecordError, decode_record

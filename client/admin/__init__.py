@@ -14,7 +14,8 @@ from typing import Any
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from client.remoting import RemotingClient
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, TopicStatsTable
-from protocol.bodies import ClusterInfo, SubscriptionGroupConfig, TopicConfig, TopicList, TopicRouteData
+from protocol.bodies import ClusterInfo, TopicList, TopicRouteData
+from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.ids import decode_offset_msg_id

@@ -12,7 +12,7 @@ from typing import Any
 
 from client.admin import AdminClient, AdminError, NotFoundError, RequestFailedError, UnreachableError
 from client.admin.format import body_text, dump_json, format_time, key_values, message_json, print_message, table
-from protocol.bodies import SubscriptionGroupConfig, TopicConfig
+from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.message import MessageRecord
 
 PULL_BATCH = 32

@@ -14,21 +14,23 @@ from protocol.bodies import (
     ClusterInfo,
     ConsumerData,
     ConsumerListBody,
-    DataVersion,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
     MessageQueue,
     ProducerData,
     QueueData,
-    RegisterBrokerBody,
     SubscriptionData,
-    SubscriptionGroupConfig,
-    TopicConfig,
-    TopicConfigSerializeWrapper,
     TopicList,
     TopicRouteData,
     UnlockBatchRequestBody,
+)
+from protocol.config_bodies import (
+    DataVersion,
+    RegisterBrokerBody,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
 )
 from protocol.jsonlenient import dumps_compact, loads_lenient
 
