@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
-import zlib
 from collections.abc import Callable, Iterable
 
 from client.errors import (
@@ -22,43 +20,24 @@ from client.errors import (
     RemotingTimeoutError,
 )
 from client.instance import ClientInstance, _int
-from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, validate_property_text
+from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
+from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
 from client.wire import frame, make_send_header_builder
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import UniqKeyGenerator
-from protocol.message import BatchEntry, encode_batch_body
-from protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Producer", "RETRYABLE_SEND_CODES"]
 
-DEFAULT_TOPIC = "TBW102"
 # Codes after which another broker/queue may succeed (Java's retryResponseCodes plus busy / flow control / go-away).
 RETRYABLE_SEND_CODES = frozenset({1, 2, 14, 16, 17, 204, 205, 215, 1500})
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_MAX_TOPIC_LEN = 127
 _SEND_CODE = int(RequestCode.SEND_MESSAGE_V2)
 _monotonic = time.monotonic
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
-
-
-class _Prepared:
-    """A message encoded once for all attempts (UNIQ_KEY stays stable across retries)."""
-
-    __slots__ = ("topic", "body", "sys_flag", "flag", "props", "msg_id", "batch")
-
-    def __init__(self, topic: str, body: bytes, sys_flag: int, flag: int, props: str, msg_id: str, batch: bool):
-        self.topic = topic
-        self.body = body
-        self.sys_flag = sys_flag
-        self.flag = flag
-        self.props = props
-        self.msg_id = msg_id
-        self.batch = batch
 
 
 class Producer:
@@ -100,11 +79,12 @@ class Producer:
             rpc_timeout=send_timeout,
         )
         self._instance.route_listeners.append(self._on_route)
-        self._uniq = UniqKeyGenerator(self._instance.client_ip)
+        self._encoder = MessageEncoder(
+            UniqKeyGenerator(self._instance.client_ip), max_message_size, compress_msg_body_over_howmuch
+        )
         self._publish: dict[str, TopicPublishInfo] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._builders: dict[tuple, Callable] = {}
-        self._valid_topics: set[str] = set()
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,7 +135,7 @@ class Producer:
         """
         if not self._started:
             raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
-        prepared = self._prepare(msg, delay_level)
+        prepared = self._encoder.prepare(msg, delay_level)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is None and selector is None:
             started = _monotonic()
@@ -205,7 +185,7 @@ class Producer:
         """Fire-and-forget send (one-way frame, no response, no retry)."""
         if not self._started:
             raise MQClientError("producer is not started")
-        prepared = self._prepare(msg, delay_level)
+        prepared = self._encoder.prepare(msg, delay_level)
         if queue is None and selector is None:
             info = self._publish.get(prepared.topic)
             if info is None or not info.queues:
@@ -243,7 +223,7 @@ class Producer:
         """
         if not self._started:
             raise MQClientError("producer is not started")
-        prepared = self._prepare(msg, delay_level)
+        prepared = self._encoder.prepare(msg, delay_level)
         timeout = self.send_timeout if timeout is None else timeout
         task = asyncio.get_running_loop().create_task(self._send_async(prepared, msg, selector, arg, queue, timeout))
         if callback is not None:
@@ -304,7 +284,7 @@ class Producer:
         if not self._started:
             raise MQClientError("producer is not started")
         messages = list(msgs)
-        prepared = self._prepare_batch(messages)
+        prepared = self._encoder.prepare_batch(messages)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is None and selector is None:
             return await self._send_with_retries(prepared, timeout)
@@ -317,126 +297,6 @@ class Producer:
         if info is None or not info.queues:
             info = await self._load_publish_info(topic)
         return list(info.queues)
-
-    # ------------------------------------------------------------------ message encoding
-    def _check_topic(self, topic: str) -> None:
-        if topic in self._valid_topics:
-            return
-        if not isinstance(topic, str) or not topic.strip():
-            raise MessageValidationError("message topic is empty")
-        if len(topic) > _MAX_TOPIC_LEN:
-            raise MessageValidationError(f"topic {topic[:40]!r}... is longer than {_MAX_TOPIC_LEN} characters")
-        if not _TOPIC_RE.match(topic):
-            raise MessageValidationError(f"topic {topic!r} contains characters outside [%|a-zA-Z0-9_-]")
-        if topic == DEFAULT_TOPIC:
-            raise MessageValidationError(f"topic {topic!r} is the auto-create key topic and cannot be sent to")
-        self._valid_topics.add(topic)
-
-    def _check_body(self, body: object) -> bytes:
-        if type(body) is not bytes:
-            if isinstance(body, (bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                raise MessageValidationError(f"message body must be bytes, got {type(body).__name__}")
-        size = len(body)
-        if size == 0:
-            raise MessageValidationError("message body is empty")
-        if size > self.max_message_size:
-            raise MessageValidationError(
-                f"message body of {size} bytes exceeds max_message_size ({self.max_message_size} bytes)"
-            )
-        return body  # type: ignore[return-value]
-
-    def _encode_props(self, msg: Message, delay_level: int, uniq: str) -> str:
-        tags = msg.tags
-        keys = msg.keys
-        user = msg.properties
-        if not keys and not user and not delay_level:  # the common case: one f-string
-            if tags:
-                if "\x01" in tags or "\x02" in tags:
-                    validate_property_text("TAGS", tags)
-                props = f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}\x02"
-            else:
-                props = f"UNIQ_KEY\x01{uniq}\x02"
-            return props
-        parts = []
-        if user:
-            for name, value in user.items():
-                if not isinstance(name, str) or not isinstance(value, str):
-                    raise MessageValidationError(
-                        f"property {name!r}: names and values must be str, got {type(value).__name__}"
-                    )
-                validate_property_text(name, value)
-            parts.append(encode_properties(user))
-        if tags:
-            validate_property_text("TAGS", tags)
-            parts.append(f"TAGS\x01{tags}\x02")
-        if keys:
-            joined = " ".join(keys)
-            validate_property_text("KEYS", joined)
-            parts.append(f"KEYS\x01{joined}\x02")
-        if delay_level:
-            parts.append(f"DELAY\x01{delay_level}\x02")
-        parts.append(f"UNIQ_KEY\x01{uniq}\x02")
-        props = "".join(parts)
-        if len(props) > MAX_PROPERTIES_BYTES // 4 and len(props.encode("utf-8", "replace")) > MAX_PROPERTIES_BYTES:
-            raise MessageValidationError(f"message properties exceed {MAX_PROPERTIES_BYTES} bytes once encoded")
-        return props
-
-    def _prepare(self, msg: Message, delay_level: int | None) -> _Prepared:
-        topic = msg.topic
-        if topic not in self._valid_topics:
-            self._check_topic(topic)
-        body = msg.body
-        if type(body) is not bytes or not 0 < len(body) <= self.max_message_size:
-            body = self._check_body(body)
-        level = msg.delay_level if delay_level is None else delay_level
-        if level and (not isinstance(level, int) or level < 0):
-            raise MessageValidationError(f"delay_level must be a non-negative int, got {level!r}")
-        sys_flag = 0
-        if len(body) > self.compress_msg_body_over_howmuch:
-            compressed = zlib.compress(body, 5)
-            if len(compressed) < len(body):
-                body = compressed
-                sys_flag = 1
-        uniq = self._uniq.next()
-        return _Prepared(topic, body, sys_flag, msg.flag, self._encode_props(msg, level, uniq), uniq, False)
-
-    def _prepare_batch(self, messages: list[Message]) -> _Prepared:
-        if not messages:
-            raise MessageValidationError("send_batch needs at least one message")
-        topic = messages[0].topic
-        self._check_topic(topic)
-        if topic.startswith("%RETRY%"):
-            raise MessageValidationError("batch sends do not support retry topics")
-        entries = []
-        ids = []
-        next_id = self._uniq.next
-        for index, msg in enumerate(messages):
-            if not isinstance(msg, Message):
-                raise MessageValidationError(f"batch item {index} is not a Message")
-            if msg.topic != topic:
-                raise MessageValidationError(
-                    f"all messages of a batch must share one topic: item {index} has {msg.topic!r}, not {topic!r}"
-                )
-            if msg.delay_level:
-                raise MessageValidationError(f"batch item {index}: delayed messages cannot be batched")
-            body = self._check_body(msg.body)
-            uniq = next_id()
-            ids.append(uniq)
-            entries.append(BatchEntry(msg.flag, body, self._encode_props(msg, 0, uniq)))
-        try:
-            body = encode_batch_body(entries)
-        except ValueError as exc:
-            raise MessageValidationError(str(exc)) from None
-        if len(body) > self.max_message_size:
-            raise MessageValidationError(
-                f"batch of {len(messages)} messages encodes to {len(body)} bytes, over max_message_size "
-                f"({self.max_message_size} bytes); split it into smaller batches"
-            )
-        # Batch-level properties: deliberately without a batch UNIQ_KEY (released brokers would copy it onto every
-        # message, clobbering the per-message ids).
-        return _Prepared(topic, body, 0, 0, "WAIT\x01true\x02", ",".join(ids), True)
 
     # ------------------------------------------------------------------ routing
     def _on_route(self, topic: str, route: TopicRoute) -> None:
@@ -522,7 +382,7 @@ class Producer:
     # ------------------------------------------------------------------ sending
     async def _send_with_retries(
         self,
-        prepared: _Prepared,
+        prepared: PreparedSend,
         timeout: float,
         failed_broker: str | None = None,
         last_error: Exception | None = None,
@@ -561,7 +421,7 @@ class Producer:
             raise RemotingTimeoutError(f"send to topic {topic!r} timed out after {timeout}s")
         raise last_error
 
-    async def _send_to_queue(self, mq: MessageQueue, prepared: _Prepared, timeout: float) -> SendResult:
+    async def _send_to_queue(self, mq: MessageQueue, prepared: PreparedSend, timeout: float) -> SendResult:
         instance = self._instance
         addr = instance.master_addr(mq.broker_name)
         if addr is None:
@@ -581,7 +441,7 @@ class Producer:
             raise MQBrokerError(reply.code, reply.remark, addr)
         return self._result(status, reply, mq, prepared)
 
-    def _issue(self, conn, mq: MessageQueue, prepared: _Prepared, timeout: float) -> tuple[int, asyncio.Future]:
+    def _issue(self, conn, mq: MessageQueue, prepared: PreparedSend, timeout: float) -> tuple[int, asyncio.Future]:
         """Encode and write the send request on conn; returns (opaque, response future)."""
         serialize_type = conn.serialize_type
         build = self._builders.get((prepared.topic, mq.broker_name, serialize_type, prepared.batch))
@@ -595,7 +455,7 @@ class Producer:
         return opaque, fut
 
     @staticmethod
-    def _result(status, reply, mq: MessageQueue, prepared: _Prepared) -> SendResult:
+    def _result(status, reply, mq: MessageQueue, prepared: PreparedSend) -> SendResult:
         ext = reply.ext_fields or {}
         queue_id = _int(ext.get("queueId"), mq.queue_id)
         if queue_id != mq.queue_id:

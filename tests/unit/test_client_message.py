@@ -154,7 +154,7 @@ def producer():
 
 
 def test_prepare_common_case(producer):
-    p = producer._prepare(Message("T", b"body", tags="TagA"), None)
+    p = producer._encoder.prepare(Message("T", b"body", tags="TagA"), None)
     props = decode_properties(p.props)
     assert props == {"TAGS": "TagA", "UNIQ_KEY": p.msg_id} and p.sys_flag == 0 and p.body == b"body"
     assert len(p.msg_id) == 32
@@ -162,42 +162,42 @@ def test_prepare_common_case(producer):
 
 def test_prepare_keys_user_props_delay(producer):
     m = Message("T", b"b", tags="A", keys=["k1", "k2"], properties={"a": "1"}, delay_level=2)
-    p = producer._prepare(m, 3)
+    p = producer._encoder.prepare(m, 3)
     props = decode_properties(p.props)
     assert props["KEYS"] == "k1 k2" and props["a"] == "1" and props["DELAY"] == "3" and props["TAGS"] == "A"
     assert props["UNIQ_KEY"] == p.msg_id
-    assert "DELAY" not in decode_properties(producer._prepare(Message("T", b"b"), None).props)
+    assert "DELAY" not in decode_properties(producer._encoder.prepare(Message("T", b"b"), None).props)
 
 
 def test_prepare_compresses_over_threshold(producer):
     body = b"a" * 500
-    p = producer._prepare(Message("T", body), None)
+    p = producer._encoder.prepare(Message("T", body), None)
     assert p.sys_flag == 1 and zlib.decompress(p.body) == body
-    assert producer._prepare(Message("T", b"a" * 64), None).sys_flag == 0
+    assert producer._encoder.prepare(Message("T", b"a" * 64), None).sys_flag == 0
 
 
 def test_prepare_validation_errors(producer):
     with pytest.raises(MessageValidationError, match="max_message_size"):
-        producer._prepare(Message("T", b"x" * 1025), None)
+        producer._encoder.prepare(Message("T", b"x" * 1025), None)
     with pytest.raises(MessageValidationError, match="empty"):
-        producer._prepare(Message("T", b""), None)
+        producer._encoder.prepare(Message("T", b""), None)
     with pytest.raises(MessageValidationError, match="characters"):
-        producer._prepare(Message("bad topic", b"x"), None)
+        producer._encoder.prepare(Message("bad topic", b"x"), None)
     with pytest.raises(MessageValidationError):
-        producer._prepare(Message("", b"x"), None)
+        producer._encoder.prepare(Message("", b"x"), None)
     with pytest.raises(MessageValidationError, match="separator"):
-        producer._prepare(Message("T", b"x", properties={"a": "x\x01y"}), None)
+        producer._encoder.prepare(Message("T", b"x", properties={"a": "x\x01y"}), None)
     with pytest.raises(MessageValidationError, match="separator"):
-        producer._prepare(Message("T", b"x", tags="a\x02"), None)
+        producer._encoder.prepare(Message("T", b"x", tags="a\x02"), None)
     with pytest.raises(MessageValidationError):
-        producer._prepare(Message("T", b"x", properties={"a": 1}), None)
+        producer._encoder.prepare(Message("T", b"x", properties={"a": 1}), None)
     with pytest.raises(MessageValidationError):
-        producer._prepare(Message("TBW102", b"x"), None)
+        producer._encoder.prepare(Message("TBW102", b"x"), None)
 
 
 def test_prepare_batch(producer):
     msgs = [Message("T", f"m{i}".encode(), tags="A", keys=f"k{i}") for i in range(3)]
-    p = producer._prepare_batch(msgs)
+    p = producer._encoder.prepare_batch(msgs)
     assert p.batch and p.topic == "T"
     entries = decode_batch_body(p.body)
     ids = p.msg_id.split(",")
@@ -210,15 +210,15 @@ def test_prepare_batch(producer):
 
 def test_prepare_batch_validation(producer):
     with pytest.raises(MessageValidationError, match="at least one"):
-        producer._prepare_batch([])
+        producer._encoder.prepare_batch([])
     with pytest.raises(MessageValidationError, match="share one topic"):
-        producer._prepare_batch([Message("T", b"x"), Message("U", b"x")])
+        producer._encoder.prepare_batch([Message("T", b"x"), Message("U", b"x")])
     with pytest.raises(MessageValidationError, match="delayed"):
-        producer._prepare_batch([Message("T", b"x", delay_level=1)])
+        producer._encoder.prepare_batch([Message("T", b"x", delay_level=1)])
     with pytest.raises(MessageValidationError, match="retry"):
-        producer._prepare_batch([Message("%RETRY%g", b"x")])
+        producer._encoder.prepare_batch([Message("%RETRY%g", b"x")])
     with pytest.raises(MessageValidationError, match="max_message_size"):
-        producer._prepare_batch([Message("T", b"x" * 400) for _ in range(3)])
+        producer._encoder.prepare_batch([Message("T", b"x" * 400) for _ in range(3)])
 
 
 # ----------------------------------------------------------------------------------------------- received messages
