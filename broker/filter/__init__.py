@@ -39,7 +39,7 @@ class MessageFilter:
         self.selector = selector
         self.tag_filter: Callable[[int], bool] | None = tag_codes.__contains__ if tag_codes is not None else None
         if record_filter is None and selector is not None:
-            record_filter = selector.matches_record
+            record_filter = selector.record_matcher
         self.record_filter: Callable[[Any], bool] | None = record_filter
 
     def matches_properties(self, properties: Mapping[str, str]) -> bool:

@@ -24,7 +24,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from broker.filter import sql92_compile as c
-from broker.filter.records import record_properties
+from broker.filter.records import record_matcher
 from broker.filter.sql92_values import (
     BOOL,
     DOUBLE,
@@ -87,13 +87,20 @@ def _join_alternatives(items: tuple[str, ...]) -> str:
 
 
 class Selector:
-    """A compiled selector; ``evaluate`` is the delivery decision for one message."""
+    """A compiled selector; ``evaluate`` is the delivery decision for one message.
 
-    __slots__ = ("text", "_fn")
+    ``names`` are the property names the expression reads (nothing else of a message matters to it); None when
+    unknown (raw records are then fully decoded).
+    """
 
-    def __init__(self, text: str, fn: c.Evaluator) -> None:
+    __slots__ = ("text", "_fn", "names", "record_matcher")
+
+    def __init__(self, text: str, fn: c.Evaluator, names: tuple[str, ...] | None = None) -> None:
         self.text = text
         self._fn = fn
+        self.names = names
+        #: ``record_matcher(record)`` is ``matches_record(record)`` without the method call (for the pull loop)
+        self.record_matcher = record_matcher(names, self.evaluate)
 
     def evaluate(self, properties: Mapping[str, str] | None) -> bool:
         """True only when the expression is TRUE for these properties (never raises)."""
@@ -107,11 +114,9 @@ class Selector:
         return self._fn(properties if properties is not None else {})
 
     def matches_record(self, record: Any) -> bool:
-        """Evaluate against a raw commit-log record (only its properties are decoded)."""
-        try:
-            return self._fn(record_properties(record)) is True
-        except Exception:
-            return False
+        """Evaluate against a raw commit-log record: the same decision as ``evaluate(record_properties(record))``
+        (False for a malformed record), reading only the properties the selector names."""
+        return self.record_matcher(record)
 
     def __repr__(self) -> str:
         return f"Selector({self.text!r})"
@@ -354,7 +359,13 @@ def _parse(text: str) -> Selector:
         raise _syntax_error(text, exc) from None
     except RecursionError:
         raise SelectorError("expression too deeply nested", text, 0) from None
-    return Selector(text, root.fn)
+    return Selector(text, root.fn, _property_names(text))
+
+
+def _property_names(text: str) -> tuple[str, ...]:
+    """The distinct property names of a selector that parsed (identifiers left after keyword retyping)."""
+    names = dict.fromkeys(token.value for token in _get_parser().lex(text) if token.type == "IDENT")
+    return tuple(names)
 
 
 # ---- cache ------------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ the original opaque.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker.filter import (
@@ -76,6 +78,9 @@ class PullProcessor(BrokerProcessor):
         self.hold_service = PullRequestHoldService(self._wake)
         self.filters = broker.consumer_filter_manager
         self._filter_cache: dict[tuple[str, str], MessageFilter | SubscriptionError | None] = {}
+        # Record-filtered (SQL92) pulls waiting for their turn; see _defer.
+        self._deferred: deque[tuple[Any, RemotingCommand, PullMessageRequestHeader]] = deque()
+        self._drain_scheduled = False
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -174,7 +179,58 @@ class PullProcessor(BrokerProcessor):
     # ---- request handling ----------------------------------------------------------------------
     def pull_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         header = PullMessageRequestHeader.decode(cmd.ext_fields)
+        try:
+            message_filter = self._resolve_filter(header)
+        except SubscriptionError:
+            message_filter = None  # process() answers with the error
+        if message_filter is not None and message_filter.record_filter is not None \
+                and self._defer(channel, cmd, header):
+            return None
         return self.process(channel, cmd, header, allow_suspend=True)
+
+    # ---- record-filtered pulls: one per loop turn --------------------------------------------------
+    def _defer(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader) -> bool:
+        """Queue a pull whose filter reads commit-log records (SQL92); False when there is no running loop.
+
+        Such a pull costs milliseconds of CPU (every examined record's properties are evaluated). The server
+        answers all requests that arrived in one read before flushing, so a burst of them answered inline would
+        hold every response (and every other request) back until the whole burst is evaluated, and the client
+        would sit idle meanwhile. Taking them one per loop turn flushes each answer as soon as it is ready, lets
+        other requests in between, and keeps the consumer busy decoding while the broker evaluates the next one.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._deferred.append((channel, cmd, header))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            loop.call_soon(self._drain_one, loop)
+        return True
+
+    def _drain_one(self, loop: asyncio.AbstractEventLoop) -> None:
+        queue = self._deferred
+        while queue:
+            if self._answer_deferred(*queue.popleft(), allow_suspend=True):
+                break  # one pull per turn; its flush is queued before our next turn
+        if queue:
+            loop.call_soon(self._drain_one, loop)
+        else:
+            self._drain_scheduled = False
+
+    def _answer_deferred(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader,
+                         allow_suspend: bool) -> bool:
+        """Run a deferred pull and send its answer; False (nothing done) when the client is gone."""
+        if getattr(channel, "closed", False):
+            return False
+        try:
+            response = self.process(channel, cmd, header, allow_suspend=allow_suspend)
+        except Exception as exc:  # the request must still get an answer
+            log.exception("a deferred pull failed")
+            response = cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if response is not None:
+            channel.send_response(response)
+        return True
 
     def process(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader,
                 allow_suspend: bool) -> RemotingCommand | None:
@@ -289,4 +345,8 @@ class PullProcessor(BrokerProcessor):
         })
 
     def release_all(self) -> None:
+        """Shutdown: answer the pulls still waiting for their turn (without holding them), then the held ones."""
+        deferred = self._deferred
+        while deferred:
+            self._answer_deferred(*deferred.popleft(), allow_suspend=False)
         self.hold_service.release_all()

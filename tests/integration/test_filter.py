@@ -108,6 +108,29 @@ async def test_sql_and_tag_pulls_on_the_subscription_flag(client):
     assert _bodies(await _pull(client, topic, "ff", sub=SELECTOR, expression_type="SQL92", offset=1)) == [b"m4", b"m7"]
 
 
+async def test_concurrent_sql_pulls_on_one_connection_are_all_answered(client):
+    """SQL pulls are evaluated one per broker loop turn (answers flushed as each is ready); a burst of them mixed
+    with other requests on one connection still gets every answer, each right."""
+    topic = "FilterBurst"
+    await _send_batch(client, topic, [(f"b{i}".encode(), {"TAGS": ("TagA", "TagB")[i % 2], "a": str(i % 8)})
+                                      for i in range(400)])
+    expected = [f"b{i}".encode() for i in range(400) if i % 8 < 4]
+    offsets = list(range(0, 400, 25))
+    requests = [_pull(client, topic, "fb", sub=SELECTOR, expression_type="SQL92", offset=o, max_nums=8)
+                for o in offsets]
+    requests.append(_pull(client, topic, "fb", sub="*", max_nums=400))
+    requests.append(_pull(client, topic, "fb", sub="a >", expression_type="SQL92"))  # parse failure: inline
+    requests.append(_pull(client, "FilterBurstNoSuchTopic", "fb", sub=SELECTOR, expression_type="SQL92"))
+    answers = await asyncio.gather(*requests)
+    for o, answer in zip(offsets, answers):
+        assert answer.code == 0, answer.remark
+        want = [b for b in expected if int(b[1:]) >= o][:8]
+        assert _bodies(answer) == want
+    assert len(_bodies(answers[len(offsets)])) == 400
+    assert answers[len(offsets) + 1].code == R.SUBSCRIPTION_PARSE_FAILED
+    assert answers[len(offsets) + 2].code == R.TOPIC_NOT_EXIST
+
+
 async def test_subscriptions_registered_by_heartbeat(client):
     topic = "FilterHeartbeat"
     for payload, p in MESSAGES:

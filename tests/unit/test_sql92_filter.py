@@ -160,3 +160,106 @@ def test_record_evaluation_rate_is_reported() -> None:
     print(f"SQL92 record checks per second (properties decoded from raw records): {rate:,.0f}")
     assert matched == rounds * 200
     assert rate > 20_000
+
+
+# ---- the pull processor takes SQL pulls one per loop turn ------------------------------------------------------
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, chunks) -> None:
+        self.writes.append(b"".join(bytes(c) for c in chunks))
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 40000)
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _opaques(transport: _Transport) -> list[int]:
+    from protocol.frame import FrameDecoder
+
+    return [cmd.opaque for cmd in FrameDecoder().feed(b"".join(transport.writes))]
+
+
+async def test_sql_pulls_are_answered_one_per_loop_turn(tmp_path) -> None:
+    """A burst of SQL pulls in one read: the cheap requests of the same read are answered at once, then one SQL
+    answer per loop turn; at shutdown, pulls still waiting are answered, not dropped."""
+    import asyncio
+
+    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.remoting_server import _ServerProtocol
+    from protocol.codes import RequestCode
+    from protocol.command import RemotingCommand, encode_command
+    from protocol.frame import FrameDecoder
+    from protocol.message import iter_records
+
+    config = BrokerConfig(
+        broker_name="defer", broker_ip1="127.0.0.1", listen_host="127.0.0.1", listen_port=_free_port(),
+        namesrv_addr=None, enable_embedded_namesrv=False, enable_vip_channel=False, enable_property_filter=True,
+        store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=20_000)
+    instance = Broker(config)
+    await instance.start()
+    transport = _Transport()
+    protocol = _ServerProtocol(instance.server)
+    protocol.connection_made(transport)
+
+    def frame(opaque: int, code: int, fields: dict[str, str], body: bytes = b"") -> bytes:
+        return encode_command(RemotingCommand.request(code, fields, body, opaque=opaque))
+
+    def pull(opaque: int, sub: str, kind: str, offset: int = 0) -> bytes:
+        return frame(opaque, RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "g", "topic": "Deferred", "queueId": "0", "queueOffset": str(offset),
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": sub, "subVersion": "0", "expressionType": kind})
+
+    try:
+        for i in range(8):
+            protocol.data_received(frame(100 + i, RequestCode.SEND_MESSAGE_V2, {
+                "a": "pg", "b": "Deferred", "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": "1", "h": "0",
+                "i": f"TAGS\x01Tag{'AB'[i % 2]}\x02a\x01{i}\x02", "j": "0", "k": "false", "m": "false"}, b"m%d" % i))
+        await asyncio.sleep(0)
+        assert len(_opaques(transport)) == 8
+        transport.writes.clear()
+
+        sql = "a BETWEEN 2 AND 5"
+        protocol.data_received(pull(1, sql, "SQL92") + pull(2, sql, "SQL92", 3) + pull(3, "TagA", "TAG")
+                               + pull(4, sql, "SQL92", 5))
+        assert _opaques(transport) == [3]  # the tag pull, flushed with the read; the SQL pulls wait their turn
+        seen = [3]
+        for _ in range(10):
+            await asyncio.sleep(0)
+            seen = _opaques(transport)
+        assert seen == [3, 1, 2, 4]
+        answers = {cmd.opaque: cmd for cmd in FrameDecoder().feed(b"".join(transport.writes))}
+        assert [r.body for r in iter_records(answers[1].body)] == [b"m2", b"m3", b"m4", b"m5"]
+        assert [r.body for r in iter_records(answers[2].body)] == [b"m3", b"m4", b"m5"]
+        assert [r.body for r in iter_records(answers[4].body)] == [b"m5"]
+        assert [r.body for r in iter_records(answers[3].body)] == [b"m0", b"m2", b"m4", b"m6"]
+
+        transport.writes.clear()
+        protocol.data_received(pull(5, sql, "SQL92") + pull(6, sql, "SQL92", 8))  # 8: nothing there yet
+        assert _opaques(transport) == []
+        instance.processors["pull"].release_all()
+        await asyncio.sleep(0)
+        assert sorted(_opaques(transport)) == [5, 6]
+    finally:
+        protocol.connection_lost(None)
+        await instance.shutdown()
