@@ -9,8 +9,10 @@ record codec, exports it to Parquet, then times count() and groupBy(topic, tags)
 Spark's Python Data Source API has no column pruning: a `rocketmq` DataFrame decodes and ships every column
 of its schema whatever the query uses, while Parquet reads only what the query needs (count() reads none).
 So the `rocketmq` source is timed twice: with all columns, and with `option("columns", ...)` listing the
-columns the query uses (topic, tags for the groupBy; commitlog_offset, the cheapest, for count()). The
-ratios against Parquet are printed at the end. Driver-side only: needs the checkout's `protocol` package.
+columns the query uses (topic, tags for the groupBy; commitlog_offset, the cheapest, for count()). A
+"no-decode python source" (precomputed rows, same row count, partitions and batch size) shows what Spark's
+Python Data Source machinery costs by itself: no Python reader can beat it. The ratios against Parquet are
+printed at the end. Driver-side only: needs the checkout's `protocol` package.
 """
 
 from __future__ import annotations
@@ -60,6 +62,55 @@ def write_store(root: Path, messages: int, body_size: int) -> int:
     return written
 
 
+def floor_source():
+    """A Python data source with no decoding at all: `rows` precomputed rows in `partitions` partitions, in
+    batches of the size the rocketmq reader yields. Its timings are what Spark itself costs for a Python
+    source (task start, Arrow transfer, rows into the JVM), the lower bound for any Python reader."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Part(InputPartition):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class _Reader(DataSourceReader):
+        def __init__(self, options) -> None:
+            self.options = options
+
+        def partitions(self):
+            rows, parts = int(self.options["rows"]), int(self.options.get("partitions", 2))
+            return [_Part(rows * (k + 1) // parts - rows * k // parts) for k in range(parts)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            n, step = partition.rows, 57344
+            if self.options.get("strings"):
+                index = pa.array(np.arange(n, dtype=np.int32))
+                topic = pa.array([f"BenchTopic{i}" for i in range(8)]).take(pc.bit_wise_and(index, 7))
+                tags = pa.array([f"tag{i}" for i in range(16)]).take(pc.bit_wise_and(index, 15))
+                for i in range(0, n, step):
+                    yield pa.RecordBatch.from_arrays([topic.slice(i, step), tags.slice(i, step)], ["topic", "tags"])
+            else:
+                values = pa.array(np.arange(n, dtype=np.int64))
+                for i in range(0, n, step):
+                    yield pa.RecordBatch.from_arrays([values.slice(i, step)], ["commitlog_offset"])
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "python_floor"
+
+        def schema(self) -> str:
+            return "topic string, tags string" if self.options.get("strings") else "commitlog_offset long"
+
+        def reader(self, schema):
+            return _Reader(self.options)
+
+    return FloorSource
+
+
 def best_of(fn, runs: int = 3) -> float:
     fn()
     times = []
@@ -102,6 +153,9 @@ def _run(args, work: Path) -> int:
     full = spark.read.format("rocketmq").load(path)
     pruned = spark.read.format("rocketmq").option("columns", "topic,tags").load(path)
     offsets_only = spark.read.format("rocketmq").option("columns", "commitlog_offset").load(path)
+    spark.dataSource.register(floor_source())
+    floor_long = spark.read.format("python_floor").option("rows", args.messages).load()
+    floor_strings = spark.read.format("python_floor").option("rows", args.messages).option("strings", "1").load()
     parquet_dir = str(work / "parquet")
     full.write.mode("overwrite").parquet(parquet_dir)
     parquet = spark.read.parquet(parquet_dir)
@@ -118,6 +172,8 @@ def _run(args, work: Path) -> int:
         ("rocketmq columns=commitlog_offset: count()", lambda: offsets_only.count()),
         ("rocketmq columns=topic,tags: count()", lambda: pruned.count()),
         ("rocketmq columns=topic,tags: groupBy", group(pruned)),
+        ("no-decode python source: count()", lambda: floor_long.count()),
+        ("no-decode python source: groupBy", group(floor_strings)),
         ("parquet: sum(length(body)) (full scan)", lambda: parquet.selectExpr("sum(length(body))").collect()),
         ("rocketmq: sum(length(body)) (full scan)", lambda: full.selectExpr("sum(length(body))").collect()),
     ]
@@ -132,13 +188,16 @@ def _run(args, work: Path) -> int:
     print("\nrocketmq rate / parquet rate (target >= 0.5):")
     for query, pq, rows in (
         ("count()", "parquet: count()", ("rocketmq columns=commitlog_offset: count()",
-                                         "rocketmq columns=topic,tags: count()", "rocketmq all columns: count()")),
+                                         "rocketmq columns=topic,tags: count()", "rocketmq all columns: count()",
+                                         "no-decode python source: count()")),
         ("groupBy(topic,tags)", "parquet: groupBy(topic,tags)", ("rocketmq columns=topic,tags: groupBy",
-                                                                 "rocketmq all columns: groupBy(topic,tags)")),
+                                                                 "rocketmq all columns: groupBy(topic,tags)",
+                                                                 "no-decode python source: groupBy")),
     ):
         for name in rows:
             label = name.split(":")[0].replace("rocketmq ", "")
             print(f"  {query:<20} {label:<28} {rates[name] / rates[pq]:>5.2f}x")
+    print("(no-decode python source: Spark's own cost for a Python data source, the ceiling for any reader)")
     spark.stop()
     return 0
 

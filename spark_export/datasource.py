@@ -26,14 +26,13 @@ from spark_export.decode import (
 )
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
-    CommitLogRange,
     StoreError,
     StoreLayout,
     mapped,
     offset_rows,
     open_store,
     pack_ranges,
-    plan_commit_log_ranges,
+    plan_commit_log_partitions,
     topic_rows,
 )
 
@@ -61,7 +60,7 @@ class ReadOptions:
     decompress: bool = True
     split_bytes: int = 256 << 20
     min_partitions: int = 2
-    batch_rows: int = 16384
+    batch_rows: int = 1 << 17
     commit_log_dir: str | None = None
     starting_offset: str = "earliest"
     max_records_per_trigger: int | None = None
@@ -86,7 +85,7 @@ class ReadOptions:
             decompress=str(opts.get("decompress", "true")).lower() in _TRUE,
             split_bytes=int(opts.get("split_bytes", 256 << 20)),
             min_partitions=int(opts.get("min_partitions", 2)),
-            batch_rows=int(opts.get("batch_rows", 16384)),
+            batch_rows=int(opts.get("batch_rows", 1 << 17)),
             commit_log_dir=opts.get("commitlog_dir") or None,
             starting_offset=str(opts.get("startingoffset") or opts.get("starting_offset") or "earliest").lower(),
             max_records_per_trigger=int(max_rows) if max_rows else None,
@@ -169,7 +168,7 @@ class RocketMQReader(DataSourceReader):
         except StoreError as exc:
             raise ValueError(str(exc)) from None
         if opts.table == "messages":
-            return _message_partitions(layout, opts, plan_commit_log_ranges(layout, opts.split_bytes))
+            return _message_partitions(layout, opts) or [_Partition("empty")]
         if opts.table == "consume_queue":
             files = layout.consume_queue_files(opts.topics)
             groups = pack_ranges(files, [max(f.size, 1) for f in files], opts.split_bytes, opts.min_partitions)
@@ -184,22 +183,9 @@ class RocketMQReader(DataSourceReader):
         return _read_partition(partition, self.options, self.arrow_schema)
 
 
-def _message_partitions(layout: StoreLayout, opts: ReadOptions, ranges: list[CommitLogRange]) -> list[InputPartition]:
-    if not ranges:
-        return [_Partition("empty")]
-    # Re-split so that at least min_partitions tasks exist for small stores.
-    total = sum(r.end - r.begin for r in ranges)
-    split = min(opts.split_bytes, max(64 << 10, -(-total // max(1, opts.min_partitions))))
-    if split < opts.split_bytes:
-        fine: list[CommitLogRange] = []
-        for r in ranges:
-            pos, synced = r.begin, r.synced
-            while pos < r.end:
-                stop = min(r.end, pos + split)
-                fine.append(CommitLogRange(r.path, r.base, pos, stop, synced))
-                pos, synced = stop, False
-        ranges = fine
-    groups = pack_ranges(ranges, [r.end - r.begin for r in ranges], split)
+def _message_partitions(layout: StoreLayout, opts: ReadOptions, start: int | None = None,
+                        end: int | None = None) -> list[InputPartition]:
+    groups = plan_commit_log_partitions(layout, opts.split_bytes, opts.min_partitions, start, end)
     return [_Partition("messages", tuple(g)) for g in groups]
 
 
@@ -208,8 +194,8 @@ def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema)
         decode = DecodeOptions(opts.include_body, opts.decompress, opts.topics, schema)
         for r in partition.items:
             with mapped(r.path) as buf:
-                starts, _, _ = locate_records(buf, r.base, r.begin, r.end, synced=r.synced)
-                yield from iter_message_batches(buf, r.base, starts, decode, opts.batch_rows)
+                yield from iter_message_batches(buf, r.base, r.begin, r.end, decode, synced=r.synced,
+                                                batch_rows=opts.batch_rows)
     elif partition.kind == "consume_queue":
         for f in partition.items:
             with mapped(f.path) as buf:
@@ -311,9 +297,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = start["commitlog_offset"], end["commitlog_offset"]
         if stop <= begin:
             return []
-        layout = self._layout()
-        ranges = plan_commit_log_ranges(layout, self.options.split_bytes, begin, stop)
-        return _message_partitions(layout, self.options, ranges) if ranges else []
+        return _message_partitions(self._layout(), self.options, begin, stop)
 
     def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.options, self.arrow_schema)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +24,8 @@ import pyarrow.compute as pc
 from spark_export.schema import CONSUME_QUEUE_ARROW, MESSAGES_ARROW
 
 __all__ = [
-    "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "CQ_UNIT_SIZE", "ChainEnd", "locate_records", "decode_messages",
-    "decode_consume_queue", "iter_message_batches",
+    "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "CQ_UNIT_SIZE", "ChainEnd", "ChainScan", "Records", "locate_records",
+    "decode_messages", "decode_consume_queue", "iter_message_batches",
 ]
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -40,7 +41,7 @@ _BORN_V6 = 0x10
 _STORE_V6 = 0x20
 _COMPRESSION_TYPE_SHIFT = 8
 _TS_TYPE = pa.timestamp("us", tz="UTC")
-_SCAN_CHUNK = 16 << 20
+_SCAN_CHUNK = 16 << 20  # bytes of record starts per scan window (and per RecordBatch)
 _RANGE = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, 20)}
 
 
@@ -167,115 +168,213 @@ def _take_or_null(values: pa.Array, index: np.ndarray) -> pa.Array:
 
 # --- locating records -------------------------------------------------------------------------------------------
 
-def _candidates(buf: np.ndarray, base: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Starts (sorted) and sizes of self-consistent records whose start lies in [lo, hi)."""
+# The first 88 bytes of a record. Offsets up to born_timestamp are fixed; the rest (v4_*) hold those fields
+# only when both hosts are IPv4 (8 bytes each), the common layout; IPv6 records are read field by field.
+_HEAD = np.dtype([
+    ("size", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sysflag", ">i4"), ("born_timestamp", ">i8"),
+    ("v4_born_host", ">i8"), ("v4_store_timestamp", ">i8"), ("v4_store_host", ">i8"),
+    ("v4_reconsume_times", ">i4"), ("v4_prepared_offset", ">i8"), ("v4_body_length", ">i4"),
+])
+_HEAD_SIZE = _HEAD.itemsize  # 88 < MIN_RECORD_SIZE: a candidate's header always lies inside the buffer
+
+
+def _headers(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The 88-byte headers at `pos` (each pos + 88 <= len(buf)) as a _HEAD array: one gather for all fields."""
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    view = np.ndarray((len(buf) - _HEAD_SIZE + 1,), dtype=f"V{_HEAD_SIZE}", buffer=buf, strides=(1,))
+    return view[pos].view(_HEAD)
+
+
+_FIELDS = ("pos", "size", "sysflag", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos", "props_len")
+
+
+@dataclass(slots=True)
+class Records:
+    """Records found in a scan window: file positions plus the lengths read while checking them (int64)."""
+
+    pos: np.ndarray
+    size: np.ndarray
+    sysflag: np.ndarray
+    body_pos: np.ndarray
+    body_len: np.ndarray
+    topic_pos: np.ndarray
+    topic_len: np.ndarray
+    props_pos: np.ndarray
+    props_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def take(self, index: np.ndarray | slice) -> "Records":
+        return Records(*(getattr(self, f)[index] for f in _FIELDS))
+
+    @property
+    def ipv4_only(self) -> bool:
+        return not bool((self.sysflag & (_BORN_V6 | _STORE_V6)).any())
+
+    @staticmethod
+    def empty() -> "Records":
+        e = np.empty(0, np.int64)
+        return Records(e, e, e, e, e, e, e, e, e)
+
+
+def _candidates(buf: np.ndarray, base: int, lo: int, hi: int) -> Records:
+    """Self-consistent records whose start lies in [lo, hi), sorted by position.
+
+    A candidate has the magic code, its own global offset in PHYSICALOFFSET, and lengths (body, topic,
+    properties) that add up to its TOTALSIZE inside the buffer.
+    """
     n = len(buf)
     top = min(hi, n - MIN_RECORD_SIZE + 1)
     if top <= lo:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    p = np.flatnonzero(buf[lo + 4: top + 4] == _MAGIC_B0).astype(np.int64) + lo
+        return Records.empty()
+    p = np.flatnonzero(buf[lo + 4: top + 4] == _MAGIC_B0).astype(np.int64, copy=False)
     if len(p) == 0:
-        return p, p
-    magic = _be32(buf, p + 4)
-    p = p[(magic == MAGIC_V1) | (magic == MAGIC_V2)]
-    if len(p) == 0:
-        return p, p
-    p = p[_be64(buf, p + 28) == base + p]
-    size = _be32(buf, p)
-    keep = (size >= MIN_RECORD_SIZE) & (p + size <= n)
-    if not keep.all():
-        p, size = p[keep], size[keep]
-    if len(p) == 0:
-        return p, size
-    sysflag = _be32(buf, p + 36)
-    hosts = np.where(sysflag & _BORN_V6, 20, 8) + np.where(sysflag & _STORE_V6, 20, 8)
-    body_len = _be32(buf, p + 68 + hosts)
-    fixed = 72 + hosts
-    v2 = buf[p + 7] == _MAGIC_B3[1]
-    topic_width = np.where(v2, 2, 1)
-    keep = (body_len >= 0) & (fixed + body_len + topic_width + 2 <= size)
-    if not keep.all():
-        p, size, fixed, body_len, v2, topic_width = (
-            p[keep], size[keep], fixed[keep], body_len[keep], v2[keep], topic_width[keep])
-    tpos = p + fixed + body_len
-    topic_len = np.where(v2, _be(buf, np.minimum(tpos, n - 2), 2), _be(buf, tpos, 1)) if v2.any() else _be(buf, tpos, 1)
-    keep = (topic_len >= 0) & (fixed + body_len + topic_width + topic_len + 2 <= size)
-    if not keep.all():
-        p, size, fixed, body_len, topic_width, topic_len = (
-            p[keep], size[keep], fixed[keep], body_len[keep], topic_width[keep], topic_len[keep])
-    props_len = _be(buf, p + fixed + body_len + topic_width + topic_len, 2)
-    keep = (props_len >= 0) & (fixed + body_len + topic_width + topic_len + 2 + props_len == size)
-    return p[keep], size[keep]
+        return Records.empty()
+    p += lo
+    head = _headers(buf, p)
+    size = head["size"].astype(np.int64)
+    magic = head["magic"]
+    ok = ((magic == MAGIC_V1) | (magic == MAGIC_V2)) & (head["physical_offset"] == p + base)
+    ok &= (size >= MIN_RECORD_SIZE) & (p + size <= n)
+    sysflag = head["sysflag"].astype(np.int64)
+    body_len = head["v4_body_length"].astype(np.int64)
+    v2 = magic == MAGIC_V2
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        p, size, sysflag, body_len, v2 = p[keep], size[keep], sysflag[keep], body_len[keep], v2[keep]
+        if len(p) == 0:
+            return Records.empty()
+    v6 = (sysflag & (_BORN_V6 | _STORE_V6)) != 0
+    if v6.any():
+        hosts = np.where(sysflag & _BORN_V6, 20, 8) + np.where(sysflag & _STORE_V6, 20, 8)
+        body_pos = p + 72 + hosts
+        body_len[v6] = _be32(buf, np.minimum(body_pos[v6] - 4, n - 4))
+    else:
+        body_pos = p + (72 + 16)
+    topic_width = v2.astype(np.int64) + 1
+    tpos = body_pos + body_len
+    end = p + size
+    ok = (body_len >= 0) & (tpos + topic_width + 2 <= end)
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        p, size, sysflag, body_pos, body_len, v2, topic_width, tpos, end = (
+            a[keep] for a in (p, size, sysflag, body_pos, body_len, v2, topic_width, tpos, end))
+    if v2.any():
+        topic_len = np.where(v2, _be(buf, np.minimum(tpos, n - 2), 2), _be(buf, tpos, 1))
+    else:
+        topic_len = _be(buf, tpos, 1)
+    topic_pos = tpos + topic_width
+    props_pos = topic_pos + topic_len + 2
+    props_len = _be(buf, np.minimum(props_pos, end) - 2, 2)
+    ok = (topic_len >= 0) & (props_pos + props_len == end) & (props_len >= 0)
+    records = Records(p, size, sysflag, body_pos, body_len, topic_pos, topic_len, props_pos, props_len)
+    return records if ok.all() else records.take(np.flatnonzero(ok))
+
+
+class ChainScan:
+    """The chain of records starting at `begin`, for records that start before `end`, window by window.
+
+    Iterating yields :class:`Records` (one per scan window of about 16 MiB, in order); afterwards `end` is the
+    position where the following record would start and `reason` a :class:`ChainEnd` value.
+    buf is the whole file (np.uint8, usually over an mmap), base its global offset (the file name).
+    synced=True: `begin` is a record start (or the file start). synced=False: begin anywhere; the chain starts
+    at the first real record at or after it (used for byte-range splits).
+    """
+
+    def __init__(self, buf: np.ndarray, base: int, begin: int, end: int | None = None, *, synced: bool = True,
+                 max_records: int | None = None, window: int = _SCAN_CHUNK) -> None:
+        self.buf, self.base, self.begin = buf, base, begin
+        self.stop = len(buf) if end is None else min(end, len(buf))
+        self.synced, self.max_records, self.window = synced, max_records, window
+        self.end: int | None = None
+        self.reason: str | None = None
+
+    def __iter__(self) -> Iterator[Records]:
+        buf, base, stop = self.buf, self.base, self.stop
+        pos: int | None = self.begin if self.synced else None
+        lo = self.begin
+        count = 0
+        while lo < stop:
+            hi = min(lo + self.window, stop)
+            cand = _candidates(buf, base, lo, hi)
+            if pos is None:
+                if len(cand) == 0:
+                    lo = hi
+                    continue
+                pos = int(cand.pos[0])
+            starts, sizes = cand.pos, cand.size
+            picks: list[np.ndarray] = []
+            done = False
+            while pos < hi:
+                i = int(np.searchsorted(starts, pos))
+                if i == len(starts) or starts[i] != pos:
+                    done = True  # no record where the chain continues
+                    break
+                following = starts[i:] + sizes[i:]
+                breaks = np.flatnonzero(following[:-1] != starts[i + 1:])
+                k = int(breaks[0]) + 1 if len(breaks) else len(following)
+                if self.max_records is not None and count + k >= self.max_records:
+                    k = self.max_records - count
+                    done = True
+                picks.append(np.arange(i, i + k))
+                count += k
+                pos = int(following[k - 1])
+                if done:
+                    break
+            if len(picks) == 1 and len(picks[0]) == len(cand):
+                records = cand
+            else:
+                records = cand.take(np.concatenate(picks)) if picks else Records.empty()
+            if done or pos >= stop or not self._record_at(pos):
+                records = self._finish(records, pos)
+                if len(records):
+                    yield records
+                return
+            if len(records):
+                yield records
+            lo = max(hi, pos)
+        if pos is None:  # no record starts in [begin, stop)
+            self.end, self.reason = stop, (ChainEnd.LIMIT if stop < len(buf) else ChainEnd.EOF)
+        else:
+            self._finish(Records.empty(), pos)
+
+    def _record_at(self, pos: int) -> bool:
+        return pos < len(self.buf) and len(_candidates(self.buf, self.base, pos, pos + 1)) > 0
+
+    def _finish(self, records: Records, pos: int) -> Records:
+        """The chain stopped at `pos`: a limit with another record there, or the end of the written data.
+
+        On a live store the last record may be mid-append: a writer appends a record front to back, so a
+        torn record has a zero tail while its lengths may already be consistent. The last record is kept
+        only if its final byte is set (when it has properties) and its body CRC matches.
+        """
+        buf = self.buf
+        if pos >= len(buf):
+            self.end, self.reason = pos, ChainEnd.EOF
+        elif self._record_at(pos):
+            self.end, self.reason = pos, ChainEnd.LIMIT
+        else:
+            self.end, self.reason = pos, _reason_at(buf, pos)
+            if self.reason == ChainEnd.DATA and len(records):
+                last = int(records.pos[-1])
+                if not _record_complete(buf, last, pos - last):
+                    records = records.take(slice(0, len(records) - 1))
+                    self.end = last
+        return records
 
 
 def locate_records(buf: np.ndarray, base: int, begin: int, end: int | None = None, *, synced: bool = True,
                    max_records: int | None = None) -> tuple[np.ndarray, int, str]:
-    """Record starts (file positions) of the chain starting at `begin`, for records that start before `end`.
+    """Record starts (file positions) of the chain starting at `begin` (see :class:`ChainScan`).
 
-    buf is the whole file (np.uint8, usually over an mmap), base its global offset (the file name).
-    synced=True: `begin` is a record start (or the file start). synced=False: begin anywhere; the chain starts
-    at the first real record at or after it (used for byte-range splits). Returns (starts, next position,
-    ChainEnd reason); `next position` is where the following record would start.
+    Returns (starts, next position, ChainEnd reason); `next position` is where the following record would start.
     """
-    n = len(buf)
-    stop = n if end is None else min(end, n)
-    parts: list[np.ndarray] = []
-    count = 0
-    pos: int | None = begin if synced else None
-    lo = begin
-    while lo < stop:
-        hi = min(lo + _SCAN_CHUNK, stop)
-        starts, sizes = _candidates(buf, base, lo, hi)
-        if pos is None:
-            if len(starts) == 0:
-                lo = hi
-                continue
-            pos = int(starts[0])
-        while pos < hi:
-            i = int(np.searchsorted(starts, pos))
-            if i == len(starts) or starts[i] != pos:
-                return _end_of_data(buf, parts, pos)
-            following = starts[i:] + sizes[i:]
-            breaks = np.flatnonzero(following[:-1] != starts[i + 1:])
-            j = int(breaks[0]) if len(breaks) else len(following) - 1
-            run = starts[i:i + j + 1]
-            if max_records is not None and count + len(run) >= max_records:
-                run = run[: max_records - count]
-                parts.append(run)
-                return _finish(buf, base, parts, int(run[-1] + sizes[i + len(run) - 1]))
-            parts.append(run)
-            count += len(run)
-            pos = int(following[j])
-        lo = max(hi, pos)
-    if pos is None:
-        return _join(parts), stop, (ChainEnd.LIMIT if stop < n else ChainEnd.EOF)
-    return _finish(buf, base, parts, pos)
-
-
-def _finish(buf: np.ndarray, base: int, parts: list[np.ndarray], pos: int) -> tuple[np.ndarray, int, str]:
-    """The chain stopped at a limit: is another record there, or did the written data end at `pos`?"""
-    if pos >= len(buf):
-        return _join(parts), pos, ChainEnd.EOF
-    if len(_candidates(buf, base, pos, pos + 1)[0]):
-        return _join(parts), pos, ChainEnd.LIMIT
-    return _end_of_data(buf, parts, pos)
-
-
-def _end_of_data(buf: np.ndarray, parts: list[np.ndarray], pos: int) -> tuple[np.ndarray, int, str]:
-    """The chain reached the end of written data; on a live store its last record may be mid-append.
-
-    A writer appends a record front to back, so a torn record has a zero tail: its lengths may already be
-    consistent while the last properties bytes or the body are not written yet. The last record is kept
-    only if its final byte is set (when it has properties) and its body CRC matches.
-    """
-    starts = _join(parts)
-    reason = _reason_at(buf, pos)
-    if reason != ChainEnd.DATA or len(starts) == 0:
-        return starts, pos, reason
-    last = int(starts[-1])
-    if not _record_complete(buf, last, pos - last):
-        return starts[:-1], last, ChainEnd.DATA
-    return starts, pos, reason
+    scan = ChainScan(buf, base, begin, end, synced=synced, max_records=max_records)
+    starts = [r.pos for r in scan]
+    return (np.concatenate(starts) if starts else np.empty(0, np.int64)), scan.end, scan.reason
 
 
 def _record_complete(buf: np.ndarray, start: int, size: int) -> bool:
@@ -291,10 +390,6 @@ def _record_complete(buf: np.ndarray, start: int, size: int) -> bool:
     topic_len = int(_be(buf, np.array([tpos]), 2 if v2 else 1)[0])
     props_len = int(_be(buf, np.array([tpos + (2 if v2 else 1) + topic_len]), 2)[0])
     return props_len == 0 or int(buf[end - 1]) != 0
-
-
-def _join(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 def _reason_at(buf: np.ndarray, pos: int) -> str:
@@ -318,88 +413,155 @@ class DecodeOptions:
 _WANTED = {"TAGS": "tags", "KEYS": "keys", "UNIQ_KEY": "uniq_key", "RETRY_TOPIC": "retry_topic",
            "REAL_TOPIC": "real_topic"}
 _FROM_PROPERTIES = frozenset(_WANTED.values()) | {"properties"}
-_HEADER_ONLY = {  # columns at fixed positions of the record header (before the variable-length hosts)
-    "commitlog_offset": lambda buf, base, p: pa.array(base + p),
-    "size": lambda buf, base, p: pa.array(_be32(buf, p).astype(np.int32)),
-    "magic": lambda buf, base, p: pa.array(_be32(buf, p + 4).astype(np.int32)),
-    "body_crc": lambda buf, base, p: pa.array(_be32(buf, p + 8).astype(np.int32)),
-    "queue_id": lambda buf, base, p: pa.array(_be32(buf, p + 12).astype(np.int32)),
-    "flag": lambda buf, base, p: pa.array(_be32(buf, p + 16).astype(np.int32)),
-    "queue_offset": lambda buf, base, p: pa.array(_be64(buf, p + 20)),
-    "sysflag": lambda buf, base, p: pa.array(_be32(buf, p + 36).astype(np.int32)),
-    "compressed": lambda buf, base, p: pa.array((_be32(buf, p + 36) & _COMPRESSED) != 0),
-    "born_timestamp": lambda buf, base, p: pa.array(_be64(buf, p + 40) * 1000, _TS_TYPE),
-}
+_FROM_HEADER = frozenset({"queue_id", "queue_offset", "magic", "body_crc", "flag", "born_timestamp", "born_host",
+                          "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset"})
 
 
-def decode_messages(buf: np.ndarray, base: int, starts: np.ndarray, options: DecodeOptions) -> pa.RecordBatch:
-    """One RecordBatch (options.schema, a subset of MESSAGES_ARROW) for the records at the given positions."""
+def _int32(values: np.ndarray) -> pa.Array:
+    return pa.array(values.astype(np.int32))
+
+
+def _int64(values: np.ndarray) -> pa.Array:
+    return pa.array(values.astype(np.int64))
+
+
+def _timestamps(ms: np.ndarray) -> pa.Array:
+    return pa.array(ms.astype(np.int64) * 1000, _TS_TYPE)
+
+
+def decode_messages(buf: np.ndarray, base: int, records: Records, options: DecodeOptions) -> pa.RecordBatch:
+    """One RecordBatch (options.schema, a subset of MESSAGES_ARROW) for the given records of the file."""
     wanted = set(options.schema.names)
-    p = starts.astype(np.int64, copy=False)
-    if options.topics is None and wanted <= _HEADER_ONLY.keys():  # fixed-position fields only: no lengths needed
-        return pa.RecordBatch.from_arrays([_HEADER_ONLY[name](buf, base, p) for name in options.schema.names],
-                                          schema=options.schema)
-    sysflag = _be32(buf, p + 36)
-    born_len = np.where(sysflag & _BORN_V6, 20, 8)
-    store_len = np.where(sysflag & _STORE_V6, 20, 8)
-    body_pos = p + 72 + born_len + store_len
-    body_len = _be32(buf, body_pos - 4)
-    magic = _be32(buf, p + 4)
-    v2 = magic == MAGIC_V2
-    tpos = body_pos + body_len
-    topic_len = np.where(v2, _be(buf, tpos, 2), _be(buf, tpos, 1)) if v2.any() else _be(buf, tpos, 1)
-    topic_pos = tpos + np.where(v2, 2, 1)
+    rec = records
     topics = None
     if options.topics is not None or "topic" in wanted:
-        topics = _slices(buf, topic_pos, topic_len, pa.string())
+        topics = _slices(buf, rec.topic_pos, rec.topic_len, pa.string())
     if options.topics is not None:
         keep = pc.is_in(topics, value_set=pa.array(sorted(options.topics), pa.string())).to_numpy(zero_copy_only=False)
         if not keep.all():
             idx = np.flatnonzero(keep)
-            p, sysflag, born_len, store_len, body_pos, body_len, magic = (
-                a[idx] for a in (p, sysflag, born_len, store_len, body_pos, body_len, magic))
-            topic_pos, topic_len = topic_pos[idx], topic_len[idx]
+            rec = rec.take(idx)
             topics = topics.take(pa.array(idx))
-    n = len(p)
-    host_pos = p + 48
-    store_ts_pos = host_pos + born_len
+    n = len(rec)
+    p, sysflag = rec.pos, rec.sysflag
+    head = _headers(buf, p) if wanted & _FROM_HEADER else None
     compressed = (sysflag & _COMPRESSED) != 0
+    v4 = rec.ipv4_only
     columns: dict[str, pa.Array] = {}
     if wanted & _FROM_PROPERTIES:
-        props_pos = topic_pos + topic_len + 2
-        props, picked = _properties(buf, props_pos, _be(buf, props_pos - 2, 2), n, wanted)
-        if props is not None:
-            columns["properties"] = props
-        columns.update(picked)
+        columns.update(_property_columns(buf, rec, wanted))
     if "body" in wanted:
         if options.include_body:
-            body = _slices(buf, body_pos, body_len, pa.binary())
+            body = _slices(buf, rec.body_pos, rec.body_len, pa.binary())
             if options.decompress and compressed.any():
                 body = _decompress(body, compressed, sysflag)
         else:
             body = pa.nulls(n, pa.binary())
         columns["body"] = body
+
+    def after_hosts(v4_field: str, field: str) -> np.ndarray:
+        """A field after the hosts: from the header when both hosts are IPv4, else read at its position."""
+        if v4:
+            return head[v4_field]
+        store_ts = p + 48 + np.where(sysflag & _BORN_V6, 20, 8)
+        if field == "store_timestamp":
+            return _be64(buf, store_ts)
+        reconsume = store_ts + 8 + np.where(sysflag & _STORE_V6, 20, 8)
+        return _be32(buf, reconsume) if field == "reconsume_times" else _be64(buf, reconsume + 4)
+
     makers = {
         "topic": lambda: topics,
-        "queue_id": lambda: pa.array(_be32(buf, p + 12).astype(np.int32)),
-        "queue_offset": lambda: pa.array(_be64(buf, p + 20)),
+        "queue_id": lambda: _int32(head["queue_id"]),
+        "queue_offset": lambda: _int64(head["queue_offset"]),
         "commitlog_offset": lambda: pa.array(base + p),
-        "size": lambda: pa.array(_be32(buf, p).astype(np.int32)),
-        "magic": lambda: pa.array(magic.astype(np.int32)),
-        "body_length": lambda: pa.array(body_len.astype(np.int32)),
-        "body_crc": lambda: pa.array(_be32(buf, p + 8).astype(np.int32)),
+        "size": lambda: _int32(rec.size),
+        "magic": lambda: _int32(head["magic"]),
+        "body_length": lambda: _int32(rec.body_len),
+        "body_crc": lambda: _int32(head["body_crc"]),
         "compressed": lambda: pa.array(compressed),
-        "flag": lambda: pa.array(_be32(buf, p + 16).astype(np.int32)),
-        "sysflag": lambda: pa.array(sysflag.astype(np.int32)),
-        "born_timestamp": lambda: pa.array(_be64(buf, p + 40) * 1000, _TS_TYPE),
-        "born_host": lambda: _hosts(buf, host_pos, born_len == 20),
-        "store_timestamp": lambda: pa.array(_be64(buf, store_ts_pos) * 1000, _TS_TYPE),
-        "store_host": lambda: _hosts(buf, store_ts_pos + 8, store_len == 20),
-        "reconsume_times": lambda: pa.array(_be32(buf, store_ts_pos + 8 + store_len).astype(np.int32)),
-        "prepared_transaction_offset": lambda: pa.array(_be64(buf, store_ts_pos + 12 + store_len)),
+        "flag": lambda: _int32(head["flag"]),
+        "sysflag": lambda: _int32(sysflag),
+        "born_timestamp": lambda: _timestamps(head["born_timestamp"]),
+        "born_host": lambda: _hosts(buf, p + 48, (sysflag & _BORN_V6) != 0, head["v4_born_host"] if v4 else None),
+        "store_timestamp": lambda: _timestamps(after_hosts("v4_store_timestamp", "store_timestamp")),
+        "store_host": lambda: _store_hosts(buf, rec, head, v4),
+        "reconsume_times": lambda: _int32(after_hosts("v4_reconsume_times", "reconsume_times")),
+        "prepared_transaction_offset": lambda: _int64(after_hosts("v4_prepared_offset", "prepared_transaction_offset")),
     }
     arrays = [columns[name] if name in columns else makers[name]() for name in options.schema.names]
     return pa.RecordBatch.from_arrays(arrays, schema=options.schema)
+
+
+def _store_hosts(buf: np.ndarray, rec: Records, head: np.ndarray, v4: bool) -> pa.Array:
+    if v4:
+        return _hosts(buf, rec.pos + 64, np.zeros(len(rec), bool), head["v4_store_host"])
+    born_len = np.where(rec.sysflag & _BORN_V6, 20, 8)
+    return _hosts(buf, rec.pos + 56 + born_len, (rec.sysflag & _STORE_V6) != 0)
+
+
+def _property_columns(buf: np.ndarray, rec: Records, wanted: set[str]) -> dict[str, pa.Array]:
+    """The properties map and/or the well-known single-value columns asked for."""
+    n = len(rec)
+    if "properties" in wanted:
+        props, picked = _properties(buf, rec.props_pos, rec.props_len, n, wanted)
+        return {"properties": props, **picked}
+    out = {}
+    if "tags" in wanted:
+        out["tags"] = _tags(buf, rec)
+    rest = (wanted & _FROM_PROPERTIES) - {"tags"}
+    if rest:
+        out.update(_properties(buf, rec.props_pos, rec.props_len, n, rest)[1])
+    return out
+
+
+_TAGS_WORD = int.from_bytes(b"TAGS", "big")
+
+
+def _tags(buf: np.ndarray, rec: Records) -> pa.Array:
+    """The TAGS property of every record, read directly where the layout allows it.
+
+    Producers put TAGS first. When a record's properties start with "TAGS\x01" and no later segment starts
+    with "TAGS\x01" (a later duplicate would win), the value is the rest of that first segment (null when
+    empty: Java drops empty values). Every other record goes through the general decoder.
+    """
+    n = len(rec)
+    if n == 0:
+        return pa.array([], pa.string())
+    offsets, data = _binary_parts(_slices(buf, rec.props_pos, rec.props_len, pa.binary()))
+    total = len(data)
+    starts, ends = offsets[:-1], offsets[1:]
+    value = starts + 5
+    fast = ends >= value
+    if total >= 6:
+        head = np.minimum(starts, total - 5)
+        fast &= (_be32(data, head) == _TAGS_WORD) & (data[head + 4] == 1)
+        seps = np.flatnonzero(data == 2)
+        # a later "\x02TAGS\x01" inside a record's properties: the general decoder decides
+        later = seps[seps + 6 <= total]
+        later = later[(_be32(data, later + 1) == _TAGS_WORD) & (data[later + 5] == 1)]
+        if len(later):
+            owner = np.searchsorted(offsets, later, side="right") - 1
+            inside = later + 6 <= ends[owner]
+            fast[owner[inside]] = False
+        # the value ends at the first \x02 after it, or at the end of the record's properties
+        k = np.searchsorted(seps, value)
+        end = np.minimum(np.append(seps, total)[k], ends)
+    else:
+        fast[:] = False
+        end = ends
+    length = np.where(fast, end - value, 0)
+    values = _slices(data, np.where(fast, value, starts), length, pa.string())
+    null = ~fast | (length == 0)
+    slow = np.flatnonzero(~fast)
+    if len(slow):
+        other = _properties(buf, rec.props_pos[slow], rec.props_len[slow], len(slow), {"tags"})[1]["tags"]
+        index = np.arange(n, dtype=np.int64)
+        index[slow] = n + np.arange(len(slow))
+        values = pa.concat_arrays([values, other]).take(pa.array(index))
+        null[slow] = False
+    if null.any():
+        values = pc.if_else(pa.array(null), pa.nulls(n, pa.string()), values)
+    return values
 
 
 def _properties(buf: np.ndarray, pos: np.ndarray, length: np.ndarray, n: int,
@@ -494,13 +656,16 @@ def _picked_only(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray, v
     return picked
 
 
-def _hosts(buf: np.ndarray, pos: np.ndarray, is_v6: np.ndarray) -> pa.Array:
-    """'ip:port' strings ('[v6]:port' for IPv6), formatted once per distinct host."""
+def _hosts(buf: np.ndarray, pos: np.ndarray, is_v6: np.ndarray, v4_keys: np.ndarray | None = None) -> pa.Array:
+    """'ip:port' strings ('[v6]:port' for IPv6), formatted once per distinct host.
+
+    v4_keys: the 8 host bytes as big-endian integers when every host is IPv4 (already read with the header).
+    """
     n = len(pos)
     if n == 0:
         return pa.array([], pa.string())
     if not is_v6.any():  # IPv4 only: each host is one 8-byte integer
-        keys = _be(buf, pos, 8)
+        keys = _be(buf, pos, 8) if v4_keys is None else v4_keys.astype(np.int64)
         if bool((keys == keys[0]).all()):
             unique, inverse = keys[:1], np.zeros(n, np.int32)
         else:
@@ -553,21 +718,15 @@ def _decompress_one(data: bytes, kind: int) -> bytes:
     return data
 
 
-def iter_message_batches(buf: np.ndarray, base: int, starts: np.ndarray, options: DecodeOptions,
-                         batch_rows: int = 16384, batch_bytes: int = 64 << 20):
-    """RecordBatches of at most batch_rows records / ~batch_bytes record bytes each."""
-    if len(starts) == 0:
-        return
-    sizes = _be32(buf, starts)
-    cumulative = np.cumsum(sizes)
-    i = 0
-    while i < len(starts):
-        limit = int(cumulative[i - 1]) + batch_bytes if i else batch_bytes
-        j = min(i + batch_rows, max(i + 1, int(np.searchsorted(cumulative, limit, side="right"))))
-        batch = decode_messages(buf, base, starts[i:j], options)
-        if batch.num_rows:
-            yield batch
-        i = j
+def iter_message_batches(buf: np.ndarray, base: int, begin: int, end: int | None, options: DecodeOptions, *,
+                         synced: bool = True, batch_rows: int = 1 << 17) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of the record chain in [begin, end) of one file: one per scan window (at most batch_rows)."""
+    for records in ChainScan(buf, base, begin, end, synced=synced):
+        for i in range(0, len(records), batch_rows):
+            part = records if len(records) <= batch_rows else records.take(slice(i, i + batch_rows))
+            batch = decode_messages(buf, base, part, options)
+            if batch.num_rows:
+                yield batch
 
 
 # --- consume queue ----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ read-only and memory-mapped; nothing is ever written.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -19,7 +20,7 @@ import numpy as np
 
 __all__ = [
     "StoreError", "StoreLayout", "CommitLogRange", "ConsumeQueueFile", "open_store", "mapped",
-    "plan_commit_log_ranges", "pack_ranges", "load_config_json", "offset_rows", "topic_rows",
+    "plan_commit_log_partitions", "data_extent", "pack_ranges", "load_config_json", "offset_rows", "topic_rows",
 ]
 
 _NAME = re.compile(r"^\d{20}$")
@@ -115,12 +116,19 @@ def mapped(path: str) -> Iterator[np.ndarray]:
                 pass
 
 
-def plan_commit_log_ranges(layout: StoreLayout, split_bytes: int, start_offset: int | None = None,
-                           end_offset: int | None = None) -> list[CommitLogRange]:
-    """Byte ranges of at most split_bytes over the commit-log files (global offsets [start, end) if given)."""
-    ranges: list[CommitLogRange] = []
+def plan_commit_log_partitions(layout: StoreLayout, split_bytes: int, min_partitions: int = 1,
+                               start_offset: int | None = None,
+                               end_offset: int | None = None) -> list[list[CommitLogRange]]:
+    """Partitions (lists of byte ranges) over the commit-log files, global offsets [start, end) if given.
+
+    The written data (estimated by :func:`data_extent`) is shared evenly: max(min_partitions,
+    ceil(data / split_bytes)) partitions of about equal bytes, cutting across files. The estimate only
+    balances the work: the last range of every file runs to the file's end (or `end_offset`), where the
+    record chain itself stops at the first incomplete record, so no record depends on the estimate.
+    """
+    segments: list[tuple[str, int, int, int, int]] = []  # (path, base, lo, data_hi, hard_hi)
     for base, path, size in layout.commit_log_files:
-        lo, hi = 0, written_extent(path, size)
+        lo, hard = 0, size
         if start_offset is not None:
             if base + size <= start_offset:
                 continue
@@ -128,31 +136,82 @@ def plan_commit_log_ranges(layout: StoreLayout, split_bytes: int, start_offset: 
         if end_offset is not None:
             if base >= end_offset:
                 break
-            hi = min(size, end_offset - base)
+            hard = min(size, end_offset - base)
+        if lo >= hard:
+            continue
+        data_hi = min(hard, max(lo, data_extent(path, size)))
+        segments.append((path, base, lo, data_hi, hard))
+    if not segments:
+        return []
+    total = sum(s[3] - s[2] for s in segments)
+    # at least min_partitions (but not below 64 KiB each), at most split_bytes each
+    count = max(1, -(-total // max(1, split_bytes)), min(min_partitions, total >> 16))
+    cuts = [total * k // count for k in range(count + 1)]  # partition k covers data bytes [cuts[k], cuts[k+1])
+    parts: list[list[CommitLogRange]] = [[] for _ in range(count)]
+    done = 0  # data bytes of the segments before this one
+    for path, base, lo, data_hi, hard in segments:
+        length = data_hi - lo
+        k = 0
+        while k < count - 1 and cuts[k + 1] <= done:
+            k += 1
         pos = lo
-        synced = True  # a file start or a stream offset is a record boundary
-        while pos < hi:
-            stop = min(hi, pos + split_bytes)
-            ranges.append(CommitLogRange(path, base, pos, stop, synced))
-            pos, synced = stop, False
-    return ranges
+        while True:
+            stop = lo + max(0, cuts[k + 1] - done) if k < count - 1 else hard
+            if stop >= data_hi:
+                stop = hard
+            if stop > pos:
+                parts[k].append(CommitLogRange(path, base, pos, stop, pos == lo))
+            if stop >= hard:
+                break
+            pos = stop
+            k += 1
+        done += length
+    return [p for p in parts if p]
 
 
-def written_extent(path: str, size: int, chunk: int = 64 << 20) -> int:
-    """Position after the last non-zero byte: the pre-allocated zero tail holds no records, so splits stop
-    there and the written part is shared evenly between tasks (a live store grows past it; such records
-    are read by the next query)."""
-    if size == 0:
+def _allocated_end(fd: int, size: int) -> int:
+    """End of the last data extent of a (possibly sparse) file; `size` where holes are not reported."""
+    pos = 0
+    try:
+        for _ in range(1 << 14):
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+            pos = os.lseek(fd, data, os.SEEK_HOLE)
+            if pos >= size:
+                return size
+    except OSError as exc:
+        return min(pos, size) if exc.errno == errno.ENXIO else size  # ENXIO: only holes after pos
+    return size
+
+
+def data_extent(path: str, size: int, probe: int = 64 << 10) -> int:
+    """About where the written data of a commit-log file ends (the rest is the pre-allocated zero tail).
+
+    Cheap on a 1 GiB file: the end of the last allocated extent of a sparse file (SEEK_DATA/SEEK_HOLE),
+    then a binary search for the first all-zero `probe`-byte window (the data is a prefix) and the exact last
+    non-zero byte before it. A zero window inside the data can make the estimate short; it is only used to
+    share the work between partitions (see :func:`plan_commit_log_partitions`).
+    """
+    if size <= 0:
+        return 0
+    end = size
+    if hasattr(os, "SEEK_DATA"):
+        with open(path, "rb") as f:
+            end = _allocated_end(f.fileno(), size)
+    if end <= 0:
         return 0
     with mapped(path) as buf:
-        hi = size
-        while hi > 0:
-            lo = max(0, hi - chunk)
-            part = buf[lo:hi]
-            if part.any():
-                return lo + int(np.flatnonzero(part)[-1]) + 1
-            hi = lo
-    return 0
+        windows = -(-end // probe)
+        if not buf[:min(end, probe)].any():
+            return 0
+        lo, hi = 1, windows  # window lo-1 has data; windows >= hi are taken as zero
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if buf[mid * probe: min(end, (mid + 1) * probe)].any():
+                lo = mid + 1
+            else:
+                hi = mid
+        part = buf[(lo - 1) * probe: min(end, lo * probe)]
+        return (lo - 1) * probe + int(np.flatnonzero(part)[-1]) + 1
 
 
 def pack_ranges(items: list, weights: list[int], target: int, min_groups: int = 1) -> list[list]:
