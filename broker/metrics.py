@@ -172,17 +172,16 @@ class BrokerMetrics:
         heartbeat = dispatch_table.get(int(RequestCode.HEART_BEAT))
         if heartbeat is not None:
             dispatch_table[int(RequestCode.HEART_BEAT)] = self._wrap_heartbeat(heartbeat)
-        pull = processors.get("pull")
-        if pull is not None and hasattr(pull, "process"):
-            pull.process = self._wrap_pull(pull.process)
+        # Direct attribute access on purpose: a renamed hook must fail at start-up, not silently stop counting.
+        pull = processors["pull"]
+        pull.process = self._wrap_pull(pull.process)
 
     def attach_store(self, store: Any) -> None:
         """Count stored messages per put and time commit-log flushes (after `store.load()`)."""
         if self.enabled:
             store.add_arrival_listener(self._on_arrival)
-        flush_service = getattr(store, "flush_service", None)
-        if flush_service is not None and hasattr(flush_service, "flush_commit_log"):
-            flush_service.flush_commit_log = self._wrap_flush(flush_service.flush_commit_log)
+        flush_service = store.flush_service
+        flush_service.flush_commit_log = self._wrap_flush(flush_service.flush_commit_log)
 
     async def start(self) -> None:
         """Start the rate sampler and, when metricsPort > 0, the HTTP endpoint (OSError if the port is taken)."""
