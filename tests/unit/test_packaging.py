@@ -1,0 +1,26 @@
+"""Every non-Python file inside a package must be declared as package data, or `pip install .` (not -e, as the
+Dockerfile does) ships a package that fails at run time (e.g. the SQL92 grammar)."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("broker", "client", "protocol", "spark_export")
+
+
+def test_non_python_package_files_are_declared_as_package_data():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_data = config["tool"]["setuptools"].get("package-data", {})
+    missing = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*"):
+            if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+                continue
+            owner = ".".join(path.parent.relative_to(ROOT).parts)
+            patterns = package_data.get(owner, []) + package_data.get("*", [])
+            if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"add to [tool.setuptools.package-data] in pyproject.toml: {missing}"
