@@ -38,7 +38,8 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 async def _serve(config) -> int:
-    from broker.broker import Broker, StoreLockedError
+    from broker.broker import Broker
+    from broker.store.lock import StoreLockedError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -9,8 +9,6 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
-import errno
-import fcntl
 import logging
 import os
 import time
@@ -36,54 +34,6 @@ from protocol.ids import pack_host
 log = logging.getLogger(__name__)
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
-STORE_LOCK_FILE = "lock"
-
-
-class StoreLockedError(RuntimeError):
-    """Another running broker holds the store directory."""
-
-
-class StoreDirectoryLock:
-    """Exclusive ``flock`` on ``<storePathRootDir>/lock`` for the broker's whole life, taken before any
-    file of the store or its config is read or written; the holder's pid is written into the file."""
-
-    def __init__(self, root_dir: str) -> None:
-        self.root_dir = root_dir
-        self.path = os.path.join(root_dir, STORE_LOCK_FILE)
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        os.makedirs(self.root_dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            try:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            except OSError:
-                holder = ""
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                who = f"pid {holder}" if holder.isdigit() else "another process"
-                raise StoreLockedError(f"store directory {self.root_dir} is locked by another running broker "
-                                       f"({who}); refusing to start") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.ftruncate(fd, 0)
-            except OSError:
-                pass
-            os.close(fd)
 
 
 class Broker:
@@ -106,7 +56,6 @@ class Broker:
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.boot_timestamp_ms = int(time.time() * 1000)
-        self.store_lock = StoreDirectoryLock(config.store_path_root_dir)
         # Observes send/pull/heartbeat from the dispatch layer (per request, never per message).
         self.metrics = BrokerMetrics(self)
         self.metrics.install(self.dispatch_table, self.processors)
@@ -140,7 +89,7 @@ class Broker:
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
-        self.store_lock.acquire()  # before reading or writing anything under the store directory
+        self.store.lock()  # before reading or writing anything under the store directory
         os.makedirs(cfg.config_dir, exist_ok=True)
         self.topic_config_manager.load()
         self.subscription_group_manager.load()
@@ -231,12 +180,12 @@ class Broker:
             await server.close()
         if self.namesrv is not None:
             await self.namesrv.close()
-        if not self.store_lock.held:
+        if not self.store.locked:
             return  # never owned the store directory: touch nothing in it
         self._persist_all()
         if self._started:
             await self.store.shutdown()
-        self.store_lock.release()
+        self.store.unlock()
 
     def _persist_all(self) -> None:
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,

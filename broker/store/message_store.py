@@ -9,7 +9,6 @@ immediately pullable and queryable.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ from .commit_log import CommitLog
 from .consume_queue import CQ_UNIT, UNIT_SIZE, ConsumeQueue
 from .flush import FlushService
 from .index import IndexService
+from .lock import StoreDirectoryLock
 from .mapped_file import remove_file
 from .retention import RetentionService, disk_used_ratio
 from .types import GetResult, GetStatus, QueryResult, StoreConfig
@@ -58,7 +58,7 @@ class MessageStore(MessageAppender):
         self._loaded = False
         self._started = False
         self._shutdown = False
-        self._lock_fd: int | None = None
+        self.directory_lock = StoreDirectoryLock(self.root_dir)
         self._disk_check_at = 0
         self._disk_refuse_remark: str | None = None
         self.disk_used_ratio = 0.0
@@ -68,8 +68,7 @@ class MessageStore(MessageAppender):
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
         """Open all files, run normal or abnormal recovery, create the ``abort`` marker."""
-        os.makedirs(self.root_dir, exist_ok=True)
-        self._acquire_lock()
+        self.lock()
         abnormal = os.path.exists(self.abort_path)
         self.checkpoint.load()
         self.commit_log.load()
@@ -84,14 +83,18 @@ class MessageStore(MessageAppender):
         self.flush_service = FlushService(self)
         self._loaded = True
 
-    def _acquire_lock(self) -> None:
-        fd = os.open(os.path.join(self.root_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise RuntimeError("store %s is locked by another process" % self.root_dir) from None
-        self._lock_fd = fd
+    def lock(self) -> None:
+        """Own the store directory (StoreLockedError if another process does); idempotent. The broker calls it
+        before reading its config files, load() otherwise."""
+        if not self.directory_lock.held:
+            self.directory_lock.acquire()
+
+    @property
+    def locked(self) -> bool:
+        return self.directory_lock.held
+
+    def unlock(self) -> None:
+        self.directory_lock.release()
 
     def _load_consume_queues(self) -> None:
         if not os.path.isdir(self.cq_root):
@@ -132,7 +135,7 @@ class MessageStore(MessageAppender):
         fs.close()
         self._close_files()
         remove_file(self.abort_path)
-        self._release_lock()
+        self.unlock()
         self._started = False
 
     def close(self) -> None:
@@ -143,7 +146,7 @@ class MessageStore(MessageAppender):
         if self.retention._task is not None:
             self.retention._task.cancel()
         self._close_files()
-        self._release_lock()
+        self.unlock()
 
     def _close_files(self) -> None:
         self.commit_log.close()
@@ -151,11 +154,6 @@ class MessageStore(MessageAppender):
             cq.close()
         if self.index is not None:
             self.index.close()
-
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     # ------------------------------------------------------------------ queues
     def iter_consume_queues(self) -> Iterator[ConsumeQueue]:
