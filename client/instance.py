@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from typing import Self
 
 from client.errors import MQBrokerError, RemotingError
 from client.remoting import RemotingClient, RequestHandler, split_addr
@@ -252,3 +253,38 @@ class ClientInstance:
 
 
 __all__ = ["ClientInstance", "NameServerClient", "local_ip_towards", "_int"]
+
+
+class ClientLifecycle:
+    """start/shutdown/async-with for a producer or consumer that owns one ClientInstance; shutdown unregisters
+    the group given by ``_unregister_entry()``."""
+
+    _instance: ClientInstance
+    _started: bool
+
+    @property
+    def client_id(self) -> str:
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self._instance.start()
+        self._started = True
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            await self._instance.shutdown()
+            return
+        self._started = False
+        await self._instance.shutdown(unregister=[self._unregister_entry()])
+
+    def _unregister_entry(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.shutdown()

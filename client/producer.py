@@ -19,7 +19,7 @@ from client.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
-from client.instance import ClientInstance, _int
+from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
@@ -40,7 +40,7 @@ _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`."""
 
     def __init__(
@@ -88,29 +88,8 @@ class Producer:
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
-    @property
-    def client_id(self) -> str:
-        return self._instance.client_id
-
-    async def start(self) -> None:
-        if self._started:
-            return
-        await self._instance.start()
-        self._started = True
-
-    async def shutdown(self) -> None:
-        if not self._started:
-            await self._instance.shutdown()
-            return
-        self._started = False
-        await self._instance.shutdown(unregister=[{"producerGroup": self.group}])
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
+    def _unregister_entry(self) -> dict[str, str]:
+        return {"producerGroup": self.group}
 
     def _heartbeat_data(self) -> dict:
         return {"producerDataSet": [{"groupName": self.group}, {"groupName": "CLIENT_INNER_PRODUCER"}]}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from client.consumer_ops import ConsumerOps
 from client.errors import MQClientError
-from client.instance import ClientInstance
+from client.instance import ClientLifecycle, ClientInstance
 from client.message import MessageQueue, MessageSelector, PullResult
 
 __all__ = ["PullConsumer"]
 
 
-class PullConsumer:
+class PullConsumer(ClientLifecycle):
     """`await pull.start(); qs = await pull.fetch_message_queues(t); r = await pull.pull(qs[0], "*", offset=0)`."""
 
     def __init__(
@@ -44,30 +44,9 @@ class PullConsumer:
         self._selectors: dict[str, MessageSelector] = {}
         self._started = False
 
-    @property
-    def client_id(self) -> str:
-        return self._instance.client_id
-
     # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> None:
-        if self._started:
-            return
-        await self._instance.start()
-        self._started = True
-
-    async def shutdown(self) -> None:
-        if not self._started:
-            await self._instance.shutdown()
-            return
-        self._started = False
-        await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
-
-    async def __aenter__(self) -> PullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
+    def _unregister_entry(self) -> dict[str, str]:
+        return {"consumerGroup": self.group}
 
     def _heartbeat_data(self) -> dict:
         subscriptions = [
