@@ -41,7 +41,8 @@ _BORN_V6 = 0x10
 _STORE_V6 = 0x20
 _COMPRESSION_TYPE_SHIFT = 8
 _TS_TYPE = pa.timestamp("us", tz="UTC")
-_SCAN_CHUNK = 16 << 20  # bytes of record starts per scan window (and per RecordBatch)
+_SCAN_CHUNK = 4 << 20  # bytes of record starts per scan window (and per RecordBatch): small enough that a
+# window's bytes and its temporaries stay in the CPU caches between the passes over it (16 MiB was ~25% slower)
 _RANGE = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, 20)}
 
 
@@ -277,7 +278,7 @@ def _candidates(buf: np.ndarray, base: int, lo: int, hi: int) -> Records:
 class ChainScan:
     """The chain of records starting at `begin`, for records that start before `end`, window by window.
 
-    Iterating yields :class:`Records` (one per scan window of about 16 MiB, in order); afterwards `end` is the
+    Iterating yields :class:`Records` (one per scan window of about 4 MiB, in order); afterwards `end` is the
     position where the following record would start and `reason` a :class:`ChainEnd` value.
     buf is the whole file (np.uint8, usually over an mmap), base its global offset (the file name).
     synced=True: `begin` is a record start (or the file start). synced=False: begin anywhere; the chain starts
@@ -536,8 +537,11 @@ def _tags(buf: np.ndarray, rec: Records) -> pa.Array:
         head = np.minimum(starts, total - 5)
         fast &= (_be32(data, head) == _TAGS_WORD) & (data[head + 4] == 1)
         seps = np.flatnonzero(data == 2)
-        # a later "\x02TAGS\x01" inside a record's properties: the general decoder decides
-        later = seps[seps + 6 <= total]
+        # a later "\x02TAGS\x01" inside a record's properties: the general decoder decides (a \x02 ending a
+        # record, usually followed by the next record's leading TAGS, is never inside one)
+        tail = np.zeros(total + 1, bool)
+        tail[ends - 1] = True
+        later = seps[(seps + 6 <= total) & ~tail[seps]]
         later = later[(_be32(data, later + 1) == _TAGS_WORD) & (data[later + 5] == 1)]
         if len(later):
             owner = np.searchsorted(offsets, later, side="right") - 1
