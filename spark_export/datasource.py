@@ -17,13 +17,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_export.decode import (
-    ChainEnd,
-    DecodeOptions,
-    decode_consume_queue,
-    iter_message_batches,
-    locate_records,
-)
+from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
+from spark_export.records import ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
     StoreError,

@@ -47,7 +47,7 @@ def package_zip(dest_dir: str | None = None) -> str:
 
 def check_store(layout: StoreLayout) -> list[str]:
     """Problems that make an export incomplete: commit-log files shorter than their neighbours say."""
-    from spark_export.decode import ChainEnd, locate_records
+    from spark_export.records import ChainEnd, locate_records
     from spark_export.store import mapped
 
     problems = []

@@ -19,7 +19,8 @@ from protocol.ids import pack_host
 from protocol.message import check_record, pack_blank_marker_into, pack_record_into, record_size
 from protocol.properties import decode_properties_bytes
 from spark_export.datasource import ReadOptions, RocketMQReader
-from spark_export.decode import ChainEnd, ChainScan, DecodeOptions, decode_messages
+from spark_export.decode import DecodeOptions, decode_messages
+from spark_export.records import ChainEnd, ChainScan
 from spark_export.schema import MESSAGES_ARROW
 from spark_export.store import data_extent, open_store, plan_commit_log_partitions
 
