@@ -25,6 +25,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_listen_port() -> int:
+    """A free port whose VIP companion (port - 2, which the broker also opens) is free as well."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", port - 2))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair (p, p - 2) on 127.0.0.1")
+
+
 class BrokerProcess:
     """A broker subprocess with its own broker.conf and store directory."""
 
@@ -32,7 +45,7 @@ class BrokerProcess:
                  namesrv_addr: str | None = None, extra: dict[str, object] | None = None) -> None:
         self.workdir = workdir
         self.name = name
-        self.port = free_port()
+        self.port = free_listen_port()
         self.namesrv_port = free_port() if embedded_namesrv else None
         self.store_dir = workdir / f"store-{name}"
         self.conf_path = workdir / f"{name}.conf"
