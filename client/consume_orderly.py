@@ -20,13 +20,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from client.consume_service import RETRY_PREFIX, Listener, is_async_listener, restore_retry_topics
+from client.consume_service import RETRY_PREFIX, Listener, invoke_listener, is_async_listener, restore_retry_topics
 from client.message import ConsumeOrderlyResult, ConsumeResult, MessageExt
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
@@ -201,14 +200,8 @@ class ConsumeOrderlyService:
             return False
 
     async def _call_listener(self, messages: list[MessageExt]):
-        listener = self.listener
         try:
-            if self._pool is not None:
-                result = await asyncio.get_running_loop().run_in_executor(self._pool, listener, messages)
-            else:
-                result = listener(messages)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await invoke_listener(self.listener, messages, self._pool)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -51,6 +51,18 @@ def is_async_listener(listener: Callable) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+async def invoke_listener(listener, messages: list[MessageExt], pool: ThreadPoolExecutor | None):
+    """Call a user listener: plain functions run in the consume thread pool (when there is one), coroutine
+    functions on the loop. Exceptions propagate to the caller, which decides what a failure means."""
+    if pool is not None:
+        result = await asyncio.get_running_loop().run_in_executor(pool, listener, messages)
+    else:
+        result = listener(messages)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
 class ConsumeService:
     def __init__(
         self,
@@ -154,14 +166,8 @@ class ConsumeService:
         """Run the listener on one chunk and settle the outcome."""
         if pq.dropped:
             return  # the queue moved to another consumer: it resumes from the committed offset
-        listener = self.listener
         try:
-            if self._pool is not None:
-                result = await asyncio.get_running_loop().run_in_executor(self._pool, listener, messages)
-            else:
-                result = listener(messages)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await invoke_listener(self.listener, messages, self._pool)
         except asyncio.CancelledError:
             raise
         except Exception:
