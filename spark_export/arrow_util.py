@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["ARANGE", "be_int", "be32", "be64", "gather_ranges", "binary_array", "as_string", "even_offsets", "slices",
-           "binary_parts", "take_or_null"]
+           "take_or_null", "with_nulls"]
 
 ARANGE = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, 20)}
 
@@ -100,19 +101,6 @@ def slices(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, typ: pa.Dat
     return as_string(out) if typ == pa.string() else out
 
 
-def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets of n+1 starting at 0, uint8 data) of a binary array without nulls (zero-copy views)."""
-    n = len(arr)
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, np.int32, count=n + 1, offset=arr.offset * 4).astype(np.int64)
-    if offsets[0]:
-        offsets -= offsets[0]
-    first = int(np.frombuffer(off_buf, np.int32, count=1, offset=arr.offset * 4)[0])
-    total = int(offsets[-1])
-    data = np.frombuffer(data_buf, np.uint8, count=total, offset=first) if total else np.empty(0, np.uint8)
-    return offsets, data
-
-
 def take_or_null(values: pa.Array, index: np.ndarray) -> pa.Array:
     """values[index[i]] or null where index[i] < 0."""
     missing = index < 0
@@ -121,3 +109,12 @@ def take_or_null(values: pa.Array, index: np.ndarray) -> pa.Array:
     return values.take(pa.array(np.where(missing, 0, index), mask=missing)) if len(values) else pa.nulls(len(index), values.type)
 
 
+
+
+def with_nulls(values: pa.Array, valid: np.ndarray) -> pa.Array:
+    """values with nulls where `valid` is False (zero-copy when values has no validity bitmap yet)."""
+    buffers = values.buffers()
+    if buffers[0] is None and values.offset == 0:
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.Array.from_buffers(values.type, len(values), [bitmap, *buffers[1:]])
+    return pc.if_else(pa.array(valid), values, pa.nulls(len(values), values.type))

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
-from spark_export.records import ChainEnd, locate_records
+from spark_export.records import DEFAULT_BATCH_ROWS, ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
     StoreError,
@@ -55,7 +55,7 @@ class ReadOptions:
     decompress: bool = True
     split_bytes: int = 256 << 20
     min_partitions: int = 2
-    batch_rows: int = 1 << 17
+    batch_rows: int = DEFAULT_BATCH_ROWS
     commit_log_dir: str | None = None
     starting_offset: str = "earliest"
     max_records_per_trigger: int | None = None
@@ -80,7 +80,7 @@ class ReadOptions:
             decompress=str(opts.get("decompress", "true")).lower() in _TRUE,
             split_bytes=int(opts.get("split_bytes", 256 << 20)),
             min_partitions=int(opts.get("min_partitions", 2)),
-            batch_rows=int(opts.get("batch_rows", 1 << 17)),
+            batch_rows=int(opts.get("batch_rows", DEFAULT_BATCH_ROWS)),
             commit_log_dir=opts.get("commitlog_dir") or None,
             starting_offset=str(opts.get("startingoffset") or opts.get("starting_offset") or "earliest").lower(),
             max_records_per_trigger=int(max_rows) if max_rows else None,

@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_export.arrow_util import ARANGE, be32, be64, be_int, binary_parts, slices, take_or_null
-from spark_export.records import BORN_V6, STORE_V6, ChainScan, Records, record_headers
+from spark_export.arrow_util import ARANGE, be32, be64, be_int, slices, take_or_null, with_nulls
+from spark_export.kernels import find_property, split_properties
+from spark_export.records import BORN_V6, DEFAULT_BATCH_ROWS, STORE_V6, ChainScan, Records, record_headers
 from spark_export.schema import CONSUME_QUEUE_ARROW, MESSAGES_ARROW
 
 __all__ = ["CQ_UNIT_SIZE", "DecodeOptions", "decode_messages", "decode_consume_queue", "iter_message_batches"]
@@ -131,160 +132,50 @@ def _property_columns(buf: np.ndarray, rec: Records, wanted: set[str]) -> dict[s
     """The properties map and/or the well-known single-value columns asked for."""
     n = len(rec)
     if "properties" in wanted:
-        props, picked = _properties(buf, rec.props_pos, rec.props_len, n, wanted)
+        props, picked = _properties(buf, rec.props_pos, rec.props_len, n)
         return {"properties": props, **picked}
-    out = {}
-    if "tags" in wanted:
-        out["tags"] = _tags(buf, rec)
-    rest = (wanted & _FROM_PROPERTIES) - {"tags"}
-    if rest:
-        out.update(_properties(buf, rec.props_pos, rec.props_len, n, rest)[1])
-    return out
+    return {column: _single_property(buf, rec, name) for name, column in _WANTED.items() if column in wanted}
 
 
-_TAGS_WORD = int.from_bytes(b"TAGS", "big")
+_NAMES = {name: np.frombuffer(name.encode(), np.uint8) for name in _WANTED}
 
 
-def _tags(buf: np.ndarray, rec: Records) -> pa.Array:
-    """The TAGS property of every record, read directly where the layout allows it.
-
-    Producers put TAGS first. When a record's properties start with "TAGS\x01" and no later segment starts
-    with "TAGS\x01" (a later duplicate would win), the value is the rest of that first segment (null when
-    empty: Java drops empty values). Every other record goes through the general decoder.
-    """
+def _single_property(buf: np.ndarray, rec: Records, name: str) -> pa.Array:
+    """One property of every record (null where absent), found by a compiled scan of the properties."""
     n = len(rec)
-    if n == 0:
-        return pa.array([], pa.string())
-    offsets, data = binary_parts(slices(buf, rec.props_pos, rec.props_len, pa.binary()))
-    total = len(data)
-    starts, ends = offsets[:-1], offsets[1:]
-    value = starts + 5
-    fast = ends >= value
-    if total >= 6:
-        head = np.minimum(starts, total - 5)
-        fast &= (be32(data, head) == _TAGS_WORD) & (data[head + 4] == 1)
-        seps = np.flatnonzero(data == 2)
-        # a later "\x02TAGS\x01" inside a record's properties: the general decoder decides (a \x02 ending a
-        # record, usually followed by the next record's leading TAGS, is never inside one)
-        tail = np.zeros(total + 1, bool)
-        tail[ends - 1] = True
-        later = seps[(seps + 6 <= total) & ~tail[seps]]
-        later = later[(be32(data, later + 1) == _TAGS_WORD) & (data[later + 5] == 1)]
-        if len(later):
-            owner = np.searchsorted(offsets, later, side="right") - 1
-            inside = later + 6 <= ends[owner]
-            fast[owner[inside]] = False
-        # the value ends at the first \x02 after it, or at the end of the record's properties
-        k = np.searchsorted(seps, value)
-        end = np.minimum(np.append(seps, total)[k], ends)
-    else:
-        fast[:] = False
-        end = ends
-    length = np.where(fast, end - value, 0)
-    values = slices(data, np.where(fast, value, starts), length, pa.string())
-    null = ~fast | (length == 0)
-    slow = np.flatnonzero(~fast)
-    if len(slow):
-        other = _properties(buf, rec.props_pos[slow], rec.props_len[slow], len(slow), {"tags"})[1]["tags"]
-        index = np.arange(n, dtype=np.int64)
-        index[slow] = n + np.arange(len(slow))
-        values = pa.concat_arrays([values, other]).take(pa.array(index))
-        null[slow] = False
-    if null.any():
-        values = pc.if_else(pa.array(null), pa.nulls(n, pa.string()), values)
-    return values
+    value_pos = np.empty(n, np.int64)
+    value_len = np.empty(n, np.int64)
+    found = find_property(buf, rec.props_pos, rec.props_len, _NAMES[name], value_pos, value_len)
+    if found == 0:
+        return pa.nulls(n, pa.string())
+    missing = value_pos < 0
+    values = slices(buf, np.where(missing, rec.props_pos, value_pos), value_len, pa.string())
+    return values if found == n else with_nulls(values, ~missing)
 
 
-def _properties(buf: np.ndarray, pos: np.ndarray, length: np.ndarray, n: int,
-                wanted: set[str] | frozenset[str] = _FROM_PROPERTIES) -> tuple[pa.Array | None, dict[str, pa.Array]]:
+_NAME_TABLE = np.zeros((len(_WANTED), max(len(n) for n in _WANTED)), np.uint8)
+for _k, _name in enumerate(_WANTED):
+    _NAME_TABLE[_k, :len(_name)] = np.frombuffer(_name.encode(), np.uint8)
+_NAME_LENS = np.array([len(n) for n in _WANTED], np.int64)
+
+
+def _properties(buf: np.ndarray, pos: np.ndarray, length: np.ndarray, n: int) -> tuple[pa.Array, dict[str, pa.Array]]:
     """properties map column plus the well-known single-value columns, decoded with Java's rules.
 
     Segments are split on \\x02; a segment counts only when its first \\x01 has a non-empty name before it and a
-    non-empty value after it; a later duplicate name replaces an earlier one. Without "properties" in `wanted`
-    only the well-known columns asked for are built (names matched on their bytes, no map).
+    non-empty value after it; a later duplicate name replaces an earlier one (kernels.split_properties).
     """
-    rec_offsets, data = binary_parts(slices(buf, pos, length, pa.binary()))
-    seps = np.flatnonzero(data == 2)
-    rec_end = rec_offsets[1:]
-    open_tail = (length > 0) & (data[np.maximum(rec_end - 1, 0)] != 2) if len(data) else np.zeros(n, bool)
-    seg_end = seps
-    seg_rec = np.searchsorted(rec_offsets, seps, side="right") - 1
-    if open_tail.any():  # a last segment without its trailing \x02 still counts (Java splits the string)
-        seg_end = np.concatenate([seg_end, rec_end[open_tail]])
-        seg_rec = np.concatenate([seg_rec, np.flatnonzero(open_tail)])
-        order = np.lexsort((seg_end, seg_rec))
-        seg_end, seg_rec = seg_end[order], seg_rec[order]
-    first = np.ones(len(seg_rec), bool)
-    first[1:] = seg_rec[1:] != seg_rec[:-1]
-    seg_start = np.empty_like(seg_end)
-    if len(seg_end):
-        seg_start[0] = 0
-        seg_start[1:] = seg_end[:-1] + 1
-    seg_start = np.where(first, rec_offsets[seg_rec], seg_start)
-    ones = np.flatnonzero(data == 1)
-    if len(ones):
-        k = np.searchsorted(ones, seg_start)
-        sep = ones[np.minimum(k, len(ones) - 1)]
-        valid = (k < len(ones)) & (sep > seg_start) & (sep < seg_end - 1)
-    else:
-        sep = seg_start
-        valid = np.zeros(len(seg_start), bool)
-    key_start, key_end = seg_start[valid], sep[valid]
-    val_start, val_end, ent_rec = sep[valid] + 1, seg_end[valid], seg_rec[valid]
-    if "properties" not in wanted:
-        return None, _picked_only(data, key_start, key_end, val_start, val_end, ent_rec, n, wanted)
-    keys = slices(data, key_start, key_end - key_start, pa.string())
-    encoded = keys.dictionary_encode()
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    if len(codes) > 1:  # keep the last of duplicate names within a record
-        width = int(codes.max()) + 1
-        combined = ent_rec * width + codes
-        if np.bincount(combined, minlength=1).max() > 1:
-            _, last_rev = np.unique(combined[::-1], return_index=True)
-            kept = np.sort(len(combined) - 1 - last_rev)
-            keys = keys.take(pa.array(kept))
-            codes, val_start, val_end, ent_rec = (a[kept] for a in (codes, val_start, val_end, ent_rec))
-    values = slices(data, val_start, val_end - val_start, pa.string())
+    entries = np.empty((4, int(length.sum()) // 3 + 1), np.int64)
+    counts = np.empty(n, np.int64)
+    picked = np.empty((len(_WANTED), n), np.int64)
+    total = split_properties(buf, pos, length, _NAME_TABLE, _NAME_LENS, entries, counts, picked)
+    key_pos, key_len, value_pos, value_len = entries[:, :total]
+    keys = slices(buf, key_pos, key_len, pa.string())
+    values = slices(buf, value_pos, value_len, pa.string())
     map_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(ent_rec, minlength=n), out=map_offsets[1:])
+    np.cumsum(counts, out=map_offsets[1:])
     props = pa.MapArray.from_arrays(pa.array(map_offsets), keys, values, type=MESSAGES_ARROW.field("properties").type)
-    dictionary = {name: i for i, name in enumerate(encoded.dictionary.to_pylist())}
-    picked = {}
-    for name, column in _WANTED.items():
-        index = np.full(n, -1, dtype=np.int64)
-        code = dictionary.get(name)
-        if code is not None:
-            cand = np.flatnonzero(codes == code)
-            index[ent_rec[cand]] = cand
-        picked[column] = take_or_null(values, index)
-    return props, picked
-
-
-def _picked_only(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray, val_start: np.ndarray,
-                 val_end: np.ndarray, ent_rec: np.ndarray, n: int, wanted) -> dict[str, pa.Array]:
-    """The well-known single-value columns in `wanted`: the last entry of each record whose name matches."""
-    key_len = key_end - key_start
-    picked = {}
-    for name, column in _WANTED.items():
-        if column not in wanted:
-            continue
-        raw = name.encode()
-        cand = np.flatnonzero(key_len == len(raw))
-        for j, byte in enumerate(raw):
-            if len(cand) == 0:
-                break
-            cand = cand[data[key_start[cand] + j] == byte]
-        if len(cand) > 1:  # entries are in record order: keep the last of each record's matches
-            rec = ent_rec[cand]
-            cand = cand[np.append(rec[1:] != rec[:-1], True)]
-        values = slices(data, val_start[cand], val_end[cand] - val_start[cand], pa.string())
-        if len(cand) == n:  # every record has it (then ent_rec[cand] is 0..n-1 in order)
-            picked[column] = values
-        else:
-            index = np.full(n, -1, dtype=np.int64)
-            index[ent_rec[cand]] = np.arange(len(cand))
-            picked[column] = take_or_null(values, index)
-    return picked
+    return props, {column: take_or_null(values, picked[k]) for k, column in enumerate(_WANTED.values())}
 
 
 def _hosts(buf: np.ndarray, pos: np.ndarray, is_v6: np.ndarray, v4_keys: np.ndarray | None = None) -> pa.Array:
@@ -350,14 +241,12 @@ def _decompress_one(data: bytes, kind: int) -> bytes:
 
 
 def iter_message_batches(buf: np.ndarray, base: int, begin: int, end: int | None, options: DecodeOptions, *,
-                         synced: bool = True, batch_rows: int = 1 << 17) -> Iterator[pa.RecordBatch]:
-    """RecordBatches of the record chain in [begin, end) of one file: one per scan window (at most batch_rows)."""
-    for records in ChainScan(buf, base, begin, end, synced=synced):
-        for i in range(0, len(records), batch_rows):
-            part = records if len(records) <= batch_rows else records.take(slice(i, i + batch_rows))
-            batch = decode_messages(buf, base, part, options)
-            if batch.num_rows:
-                yield batch
+                         synced: bool = True, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of the record chain in [begin, end) of one file, at most batch_rows records each."""
+    for records in ChainScan(buf, base, begin, end, synced=synced, batch=batch_rows):
+        batch = decode_messages(buf, base, records, options)
+        if batch.num_rows:
+            yield batch
 
 
 # --- consume queue ----------------------------------------------------------------------------------------------

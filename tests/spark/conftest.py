@@ -12,9 +12,9 @@ import pytest
 
 _IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+if any(importlib.util.find_spec(m) is None for m in ("pyspark", "pyarrow", "numba")):
     if _IN_CI:  # .ci/run installs the spark extra: a missing one is a broken CI set-up, not a reason to skip
-        raise RuntimeError("pyspark/pyarrow missing: .ci/run must pip install -e '.[test,spark]'")
+        raise RuntimeError("pyspark/pyarrow/numba missing: .ci/run must pip install -e '.[test,spark]'")
     pytest.skip("pip install -e '.[spark]' for the Spark exporter tests", allow_module_level=True)
 
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):

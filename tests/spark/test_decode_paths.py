@@ -108,7 +108,7 @@ def test_chain_and_tags_match_the_record_codec(tmp_path, seed):
         expected = _walk(path)
         buf = np.frombuffer(path.read_bytes(), np.uint8)
         base = int(path.name)
-        scan = ChainScan(buf, base, 0, window=4096)  # small windows: records straddle window ends
+        scan = ChainScan(buf, base, 0, batch=7)  # small batches: the chain resumes across walks
         batches = [decode_messages(buf, base, records, DecodeOptions(schema=schema)) for records in scan]
         got = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
         assert got["commitlog_offset"].to_pylist() == [base + p for p, _ in expected]
@@ -116,6 +116,21 @@ def test_chain_and_tags_match_the_record_codec(tmp_path, seed):
         assert got["tags"].to_pylist() == [p.get("TAGS") for p in props]
         assert got["keys"].to_pylist() == [p.get("KEYS") for p in props]
         assert scan.reason in (ChainEnd.BLANK, ChainEnd.DATA)
+
+
+def test_properties_map_matches_the_codec(tmp_path):
+    """The properties map and the columns picked from it follow Java's rules on every tricky layout."""
+    store = _write_store(tmp_path, 600, 4)
+    schema = pa.schema([MESSAGES_ARROW.field(n) for n in ("properties", "tags", "keys", "uniq_key")])
+    for path in sorted((store / "commitlog").iterdir()):
+        expected = [decode_properties_bytes(_props_of(r)) for _, r in _walk(path)]
+        buf = np.frombuffer(path.read_bytes(), np.uint8)
+        scan = ChainScan(buf, int(path.name), 0, batch=5)
+        got = pa.Table.from_batches([decode_messages(buf, int(path.name), r, DecodeOptions(schema=schema))
+                                     for r in scan], schema=schema)
+        assert [sorted(m) for m in got["properties"].to_pylist()] == [sorted(p.items()) for p in expected]
+        for column, name in (("tags", "TAGS"), ("keys", "KEYS"), ("uniq_key", "UNIQ_KEY")):
+            assert got[column].to_pylist() == [p.get(name) for p in expected]
 
 
 def test_planning_shares_the_data_and_covers_every_record(tmp_path):
