@@ -1,11 +1,12 @@
 """Spark read benchmark: the `rocketmq` data source vs Spark's Parquet reader over the same messages.
 
-    python bench/spark_read.py [--messages 1000000] [--body 128] [--master local[2]] [--runs 3] [--dir DIR]
+    python bench/spark_read.py [--messages 1000000] [--body 128] [--master local[2]] [--runs 5] [--dir DIR]
 
 A thin entry for `python -m spark_export.bench` with the issue's defaults: 1 M messages with 128-byte bodies
 in one pre-allocated 1 GiB commit-log file, exported to Parquet, then count() and groupBy(topic, tags).count()
-on both in one Spark session (best of --runs after a warm-up), with the rocketmq/Parquet rate ratios at the
-end. Needs pyspark, pyarrow, numpy and Java 17+ (see README "Spark export"). Details in bench/README.md.
+on both in one Spark session (a warm-up, then --runs rounds of every case; median and best), with the
+rocketmq/Parquet rate ratios at the end. Needs pyspark, pyarrow, numpy, numba and Java 17+ (see README
+"Spark export"). Details in bench/README.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Read throughput of the `rocketmq` source vs Spark's Parquet reader over the same messages.
 
-    python -m spark_export.bench [--messages 1000000] [--body 128] [--master local[2]] [--dir DIR] [--runs 3]
+    python -m spark_export.bench [--messages 1000000] [--body 128] [--master local[2]] [--dir DIR] [--runs 5]
 
 Writes a synthetic store (one pre-allocated 1 GiB commit-log file, zero tail included) with the project's
-record codec, exports it to Parquet, then times count() and groupBy(topic, tags).count() on both (best of
---runs after a warm-up), in one Spark session.
+record codec, exports it to Parquet, then times count() and groupBy(topic, tags).count() on both in one Spark
+session: a warm-up of every case, then --runs rounds that run every case once (median and best reported).
 
 Spark's Python Data Source API has no column pruning: a `rocketmq` DataFrame decodes and ships every column
 of its schema whatever the query uses, while Parquet reads only what the query needs (count() reads none).
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -111,14 +112,18 @@ def floor_source():
     return FloorSource
 
 
-def best_of(fn, runs: int = 3) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
+def timed_rounds(cases: list[tuple[str, object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per run of every case: one warm-up each, then `rounds` rounds that run each case once, so a
+    slow phase of the machine hits all cases alike instead of whichever case ran then."""
+    for _, fn in cases:
         fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    times: dict[str, list[float]] = {name: [] for name, _ in cases}
+    for _ in range(rounds):
+        for name, fn in cases:
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body", type=int, default=128)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per case (best is reported)")
+    parser.add_argument("--runs", type=int, default=5, help="timed rounds (each runs every case once)")
     args = parser.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="mq-spark-bench-"))
     try:
@@ -179,13 +184,14 @@ def _run(args, work: Path) -> int:
     ]
     assert full.count() == n == parquet.count() == pruned.count()
     assert sorted(group(full)()) == sorted(group(parquet)()) == sorted(group(pruned)())
-    print(f"{'case':<45} {'seconds':>8} {'rows/s':>12}")
-    rates = {}
-    for name, fn in cases:
-        seconds = best_of(fn, args.runs)
-        rates[name] = n / seconds
-        print(f"{name:<45} {seconds:>8.3f} {rates[name]:>12,.0f}", flush=True)
-    print("\nrocketmq rate / parquet rate (target >= 0.5):")
+    print(f"timing {len(cases)} cases, {args.runs} rounds after a warm-up ...", flush=True)
+    times = timed_rounds(cases, args.runs)
+    print(f"{'case':<45} {'best s':>8} {'median s':>9} {'rows/s (median)':>16}")
+    best, median = {}, {}
+    for name, _ in cases:
+        best[name], median[name] = min(times[name]), statistics.median(times[name])
+        print(f"{name:<45} {best[name]:>8.3f} {median[name]:>9.3f} {n / median[name]:>16,.0f}")
+    print("\nrocketmq rate / parquet rate (target >= 0.5), from medians and from best runs:")
     for query, pq, rows in (
         ("count()", "parquet: count()", ("rocketmq columns=commitlog_offset: count()",
                                          "rocketmq columns=topic,tags: count()", "rocketmq all columns: count()",
@@ -196,7 +202,7 @@ def _run(args, work: Path) -> int:
     ):
         for name in rows:
             label = name.split(":")[0].replace("rocketmq ", "")
-            print(f"  {query:<20} {label:<28} {rates[name] / rates[pq]:>5.2f}x")
+            print(f"  {query:<20} {label:<28} median {median[pq] / median[name]:>5.2f}x   best {best[pq] / best[name]:>5.2f}x")
     print("(no-decode python source: Spark's own cost for a Python data source, the ceiling for any reader)")
     spark.stop()
     return 0

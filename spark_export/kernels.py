@@ -5,14 +5,21 @@ a record's properties string (segments split on \\x02, a later duplicate wins) a
 numpy can only do them by scanning every byte several times. These kernels do each in one pass over the bytes
 they need, writing into numpy arrays that the caller turns into Arrow columns; no Python objects per record.
 
-Compiled on first use in each process and cached on disk (numba's cache: next to this file, or the user's cache
-directory when this package is imported from a zip shipped with --py-files).
+Compiled on first use in each process and cached on disk. Executors may run where neither this package's
+directory nor a home directory is writable, and numba refuses to compile a cached function it has nowhere to
+cache: so unless NUMBA_CACHE_DIR is already set, the cache goes to a per-user directory under the system's
+temporary directory.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+import os
+import tempfile
+
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"numba-cache-{getattr(os, 'getuid', lambda: 'user')()}"))
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
 
 __all__ = ["RECORD_FIELDS", "MIN_RECORD_SIZE", "WALK_STOP", "WALK_FULL", "WALK_BROKEN", "check_record",
            "walk_chain", "find_first_record", "find_property", "split_properties"]
