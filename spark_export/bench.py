@@ -202,7 +202,8 @@ def _run(args, work: Path) -> int:
     ):
         for name in rows:
             label = name.split(":")[0].replace("rocketmq ", "")
-            print(f"  {query:<20} {label:<28} median {median[pq] / median[name]:>5.2f}x   best {best[pq] / best[name]:>5.2f}x")
+            ratios = f"median {median[pq] / median[name]:>5.2f}x   best {best[pq] / best[name]:>5.2f}x"
+            print(f"  {query:<20} {label:<28} {ratios}")
     print("(no-decode python source: Spark's own cost for a Python data source, the ceiling for any reader)")
     spark.stop()
     return 0

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"numba-cache-{getattr(os, 'getuid', lambda: 'user')()}"))
+_USER = getattr(os, "getuid", lambda: "user")()
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"numba-cache-{_USER}"))
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
