@@ -1,6 +1,7 @@
 """Spark read benchmark: the `rocketmq` data source vs Spark's Parquet reader over the same messages.
 
     python bench/spark_read.py [--messages 1000000] [--body 128] [--master local[2]] [--runs 5] [--dir DIR]
+                               [--decode-only]
 
 A thin entry for `python -m spark_export.bench` with the issue's defaults: 1 M messages with 128-byte bodies
 in one pre-allocated 1 GiB commit-log file, exported to Parquet, then count() and groupBy(topic, tags).count()

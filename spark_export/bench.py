@@ -1,6 +1,7 @@
 """Read throughput of the `rocketmq` source vs Spark's Parquet reader over the same messages.
 
     python -m spark_export.bench [--messages 1000000] [--body 128] [--master local[2]] [--dir DIR] [--runs 5]
+                                 [--decode-only]
 
 Writes a synthetic store (one pre-allocated 1 GiB commit-log file, zero tail included) with the project's
 record codec, exports it to Parquet, then times count() and groupBy(topic, tags).count() on both in one Spark
@@ -12,7 +13,8 @@ So the `rocketmq` source is timed twice: with all columns, and with `option("col
 columns the query uses (topic, tags for the groupBy; commitlog_offset, the cheapest, for count()). A
 "no-decode python source" (precomputed rows, same row count, partitions and batch size) shows what Spark's
 Python Data Source machinery costs by itself: no Python reader can beat it. The ratios against Parquet are
-printed at the end. Driver-side only: needs the checkout's `protocol` package.
+printed at the end. --decode-only skips Spark and times each partition's read() in-process (the Python
+side alone). Driver-side only: needs the checkout's `protocol` package.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     parser.add_argument("--runs", type=int, default=5, help="timed rounds (each runs every case once)")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="no Spark: time the reader's read() per partition in this process")
     args = parser.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="mq-spark-bench-"))
     try:
@@ -142,12 +146,39 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def decode_only(path: str, runs: int) -> None:
+    """The Python side alone: each partition's read() in this process (warm, best of `runs`), per column set:
+    what a Spark task's Python worker spends decoding, without Spark's own costs around it."""
+    import pyarrow as pa
+
+    from spark_export.datasource import ReadOptions, RocketMQReader
+    from spark_export.schema import arrow_for
+
+    full = arrow_for("messages")
+    print(f"{'columns':<20} {'partition':>9} {'records':>9} {'best ms':>8} {'records/s':>12}")
+    for columns in ("commitlog_offset", "topic,tags", None):
+        options = ReadOptions.parse({"path": path, **({"columns": columns} if columns else {})})
+        schema = full if columns is None else pa.schema([full.field(c) for c in options.columns])
+        reader = RocketMQReader(options, schema)
+        for index, partition in enumerate(reader.partitions()):
+            times, rows = [], 0
+            for _ in range(runs + 1):  # the first is a warm-up (page cache, compiled kernels)
+                started = time.perf_counter()
+                rows = sum(batch.num_rows for batch in reader.read(partition))
+                times.append(time.perf_counter() - started)
+            best = min(times[1:])
+            print(f"{columns or 'all':<20} {index:>9} {rows:>9} {best * 1000:>8.1f} {rows / best:>12,.0f}")
+
+
 def _run(args, work: Path) -> int:
     store = work / "store"
     started = time.perf_counter()
     data_bytes = write_store(store, args.messages, args.body)
     print(f"store: {args.messages} messages, {data_bytes / 1e6:.1f} MB in a 1 GiB file "
           f"({time.perf_counter() - started:.1f}s to write)")
+    if args.decode_only:
+        decode_only(str(store), args.runs)
+        return 0
 
     from spark_export.job import build_session
 
