@@ -106,7 +106,9 @@ def take_or_null(values: pa.Array, index: np.ndarray) -> pa.Array:
     missing = index < 0
     if not missing.any():
         return values.take(pa.array(index))
-    return values.take(pa.array(np.where(missing, 0, index), mask=missing)) if len(values) else pa.nulls(len(index), values.type)
+    if not len(values):
+        return pa.nulls(len(index), values.type)
+    return values.take(pa.array(np.where(missing, 0, index), mask=missing))
 
 
 

@@ -1,7 +1,7 @@
 """The store directory as files to read: commit-log byte ranges, consume-queue files, config JSON tables.
 
-Pure Python + numpy (no Spark): planning happens here, reading in spark_export.records and spark_export.decode. Files are opened
-read-only and memory-mapped; nothing is ever written.
+Pure Python + numpy (no Spark): planning happens here, reading in spark_export.records and spark_export.decode.
+Files are opened read-only and memory-mapped; nothing is ever written.
 """
 
 from __future__ import annotations
