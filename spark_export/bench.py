@@ -88,7 +88,9 @@ def floor_source():
             import pyarrow as pa
             import pyarrow.compute as pc
 
-            n, step = partition.rows, 57344
+            from spark_export.records import DEFAULT_BATCH_ROWS
+
+            n, step = partition.rows, DEFAULT_BATCH_ROWS
             if self.options.get("strings"):
                 index = pa.array(np.arange(n, dtype=np.int32))
                 topic = pa.array([f"BenchTopic{i}" for i in range(8)]).take(pc.bit_wise_and(index, 7))

@@ -13,6 +13,7 @@ temporary directory.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 
@@ -23,7 +24,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 __all__ = ["RECORD_FIELDS", "MIN_RECORD_SIZE", "WALK_STOP", "WALK_FULL", "WALK_BROKEN", "check_record",
-           "walk_chain", "find_first_record", "find_property", "split_properties"]
+           "walk_chain", "find_first_record", "find_property", "split_properties", "ensure_loaded"]
 
 MIN_RECORD_SIZE = 91  # IPv4 hosts, V1, empty body/topic/properties
 _MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -231,3 +232,32 @@ def split_properties(buf, props_pos, props_len, names, name_lens, entries, count
                     if same:
                         picked[k, i] = d
     return e
+
+
+_ready = False
+
+
+def ensure_loaded() -> None:
+    """Load (or compile) every kernel for the read-only byte buffers the reader passes, once per process, then
+    move the objects that created out of the garbage collector's sight.
+
+    Loading numba's compiler leaves ~100k long-lived objects, and a reused PySpark worker runs gc.collect()
+    after every task: ~35 ms of CPU per task while the JVM needs those cores. Frozen objects are never
+    scanned (nor freed; the garbage of the moment is collected first).
+    """
+    global _ready
+    if _ready:
+        return
+    buf = np.frombuffer(bytes(MIN_RECORD_SIZE + 8), np.uint8)  # read-only, like an mmap
+    out = np.empty((len(RECORD_FIELDS), 1), np.int64)
+    positions = np.zeros(1, np.int64)
+    check_record(buf, 0, 0, out, 0)
+    walk_chain(buf, 0, 0, 0, out)
+    find_first_record(buf, 0, 0, 1, out)
+    find_property(buf, positions, positions, np.frombuffer(b"TAGS", np.uint8), np.empty(1, np.int64),
+                  np.empty(1, np.int64))
+    split_properties(buf, positions, positions, np.zeros((1, 4), np.uint8), np.ones(1, np.int64),
+                     np.empty((4, 1), np.int64), np.empty(1, np.int64), np.empty((1, 1), np.int64))
+    gc.collect()
+    gc.freeze()
+    _ready = True

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from spark_export.arrow_util import be32, be_int
-from spark_export.kernels import RECORD_FIELDS, WALK_FULL, check_record, find_first_record, walk_chain
+from spark_export.kernels import (RECORD_FIELDS, WALK_FULL, check_record, ensure_loaded, find_first_record,
+                                   walk_chain)
 
 __all__ = ["MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "DEFAULT_BATCH_ROWS", "BORN_V6", "STORE_V6", "ChainEnd", "ChainScan",
            "Records", "locate_records", "record_headers"]
@@ -108,6 +109,7 @@ class ChainScan:
         self.reason: str | None = None
 
     def __iter__(self) -> Iterator[Records]:
+        ensure_loaded()
         buf, base, stop = self.buf, self.base, self.stop
         pos = self.begin
         if not self.synced:
