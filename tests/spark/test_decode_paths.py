@@ -181,3 +181,70 @@ print([len(getattr(kernels, n).signatures) for n in names], gc.get_freeze_count(
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[-2] == "[1, 1, 1, 1, 1] True"
+
+
+_FUZZ = """
+import random, sys
+import numpy as np
+from protocol.message import check_record
+from spark_export.decode import DecodeOptions, decode_messages
+from spark_export.records import ChainScan
+
+original = open(sys.argv[1], "rb").read()
+base = int(sys.argv[1].rsplit("/", 1)[1])
+def length_fields(at):  # positions of a record's TOTALSIZE, body, topic and properties length fields
+    sysflag = int.from_bytes(original[at + 36:at + 40], "big")
+    body_pos = at + 72 + (20 if sysflag & 0x10 else 8) + (20 if sysflag & 0x20 else 8)
+    tpos = body_pos + int.from_bytes(original[body_pos - 4:body_pos], "big")
+    v2 = original[at + 7] == 0xAB
+    props_pos = tpos + (2 if v2 else 1) + int.from_bytes(original[tpos:tpos + (2 if v2 else 1)], "big") + 2
+    return [at, body_pos - 4, tpos, props_pos - 2]
+
+
+starts, pos = [], 0
+while (size := check_record(original, pos, len(original), verify_crc=False)) > 0:
+    starts.append((pos, size, length_fields(pos)))
+    pos += size
+rnd = random.Random(7)
+records = 0
+for case in range(int(sys.argv[2])):
+    data = bytearray(original)
+    for _ in range(rnd.randrange(1, 40)):  # flipped bytes anywhere
+        data[rnd.randrange(len(data))] = rnd.randrange(256)
+    if case % 3 == 0:  # a zeroed or garbage run
+        at, length = rnd.randrange(len(data)), rnd.randrange(1, 600)
+        data[at:at + length] = bytes(rnd.randrange(256) for _ in range(len(data[at:at + length])))
+    if case % 2 == 0:  # a length field of one record made wrong, the file cut around that record's end
+        at, size, fields = rnd.choice(starts)
+        field = rnd.choice(fields) + rnd.choice([0, 0, 1, 2, 3])
+        data[field] = rnd.randrange(256)
+        data = data[:at + size + rnd.randrange(-40, 200)]
+    elif case % 4 == 1:
+        data = data[:rnd.randrange(len(data))]
+    buf = np.frombuffer(bytes(data), np.uint8)
+    begin = 0 if case % 2 else rnd.randrange(len(data) + 1)
+    scan = ChainScan(buf, base, begin, synced=begin == 0, batch=rnd.choice([1, 7, 64, 8192]))
+    previous = None
+    for batch in scan:
+        decode_messages(buf, base, batch, DecodeOptions())  # every column, the properties map included
+        for pos, size in zip(batch.pos.tolist(), batch.size.tolist()):
+            assert check_record(data, pos, len(data), verify_crc=False) == size, (case, pos)
+            assert previous is None or previous == pos, (case, previous, pos)
+            previous = pos + size
+            records += 1
+    assert scan.end is not None and scan.reason is not None
+print("ok", records)
+"""
+
+
+def test_corrupted_files_never_read_outside_the_buffer(tmp_path):
+    """Flipped bytes, garbage runs and truncations, read with numba's bounds checking on: the kernels never
+    index outside the buffer, and every record they return is one the record codec accepts, chained."""
+    store = _write_store(tmp_path / "store", 250, 6, file_size=1 << 20)
+    first = sorted((store / "commitlog").iterdir())[0]
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba"),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _FUZZ, str(first), "600"], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok ") and int(result.stdout.split()[1]) > 400, result.stdout
