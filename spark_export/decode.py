@@ -1,7 +1,8 @@
 """Vectorised decoding of RocketMQ store files (commit-log records, consume-queue units) into Arrow batches.
 
 Records are found by spark_export.records (only complete ones); their fields are then gathered for all records of
-a batch with numpy fancy indexing (spark_export.arrow_util). No Python work per record on the hot path.
+a batch with numpy fancy indexing and Arrow `take` (spark_export.arrow_util), properties split by a compiled loop
+(spark_export.kernels). No Python work per record on the hot path.
 """
 
 from __future__ import annotations
