@@ -84,11 +84,6 @@ class Records:
     def ipv4_only(self) -> bool:
         return not bool((self.sysflag & (BORN_V6 | STORE_V6)).any())
 
-    @staticmethod
-    def empty() -> "Records":
-        e = np.empty(0, np.int64)
-        return Records(e, e, e, e, e, e, e, e, e)
-
 
 class ChainScan:
     """The chain of records starting at `begin`, for records that start before `end`, batch by batch.
