@@ -60,12 +60,13 @@ class BrokerProcess:
 
     def start(self, timeout: float = BOOT_TIMEOUT_S) -> str:
         cmd = self.wrapper + [sys.executable, "-m", "broker", "-c", self.conf_path, "-l", "WARNING"]
-        self._log = open(self.log_path, "w", encoding="utf-8")
+        self._log = open(self.log_path, "a", encoding="utf-8")
+        self._lines = queue.Queue()  # a restart must not see the previous process's end-of-output marker
         self.proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
             env={**os.environ, "PYTHONPATH": REPO_ROOT},
         )
-        threading.Thread(target=self._drain, daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.proc, self._lines, self._log), daemon=True).start()
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -80,13 +81,14 @@ class BrokerProcess:
             if "boot success" in line:
                 return line.strip()
 
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._log.write(line)
-            self._log.flush()
-            self._lines.put(line)
-        self._lines.put(None)
+    @staticmethod
+    def _drain(proc: subprocess.Popen, lines: queue.Queue, log_file) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log_file.write(line)
+            log_file.flush()
+            lines.put(line)
+        lines.put(None)
 
     @property
     def pid(self) -> int | None:
