@@ -9,7 +9,7 @@ import pytest
 from protocol.message import decode_record, iter_records
 
 from broker.store import GetStatus, PutStatus
-from broker.store.commit_log import CommitLog
+from broker.store import log_scan, recovery
 from broker.store.consume_queue import CQ_UNIT
 
 from test_store_helpers import CL_SIZE, FakeClock, make_msg, open_store
@@ -55,12 +55,19 @@ async def test_clean_shutdown_and_fast_reopen(tmp_path, monkeypatch):
     await store.shutdown()
     assert not os.path.exists(tmp_path / "abort")
 
-    def no_scan(*args, **kwargs):
-        raise AssertionError("a clean restart must not scan the commit log")
+    scans = []
+    original = log_scan.scan
 
-    monkeypatch.setattr(CommitLog, "scan_valid_end", no_scan)
+    def spy(cl, start, verify_crc, stop=None, trusted_end=None):
+        scans.append((start, stop))
+        return original(cl, start, verify_crc, stop, trusted_end)
+
+    monkeypatch.setattr(log_scan, "scan", spy)
+    monkeypatch.setattr(recovery, "NORMAL_VERIFY_BYTES", 8192)
     store = open_store(tmp_path)
     monkeypatch.undo()
+    # a clean restart only verifies a bounded window before the recorded end
+    assert len(scans) == 1 and scans[0][1] == end and end - 8192 <= scans[0][0] < end
     assert store.commit_log_max_offset == end
     assert store.get_max_offset("TopicTest", 0) == 400
     assert [r.queue_offset for r in all_records(store)] == list(range(400))
@@ -112,21 +119,24 @@ async def test_crash_with_torn_tail_record(tmp_path, damage):
     store.close()
 
 
-async def test_crash_in_middle_file_drops_later_files_and_cq_units(tmp_path):
+async def test_crash_with_damage_in_middle_file_keeps_later_files(tmp_path):
     store = open_store(tmp_path)
     results = await fill(store, 600)
+    end = store.commit_log_max_offset
     store.close()
     victim = results[300]
     path, pos = cl_path(tmp_path, victim.physical_offset)
     patch_file(path, pos + 4, b"\x00\x00\x00\x00")  # bad magic
     n_files_before = len(os.listdir(tmp_path / "commitlog"))
     store = open_store(tmp_path)
-    assert store.commit_log_max_offset == victim.physical_offset
-    assert len(os.listdir(tmp_path / "commitlog")) < n_files_before
-    assert store.get_max_offset("TopicTest", 0) == 300
-    assert [r.queue_offset for r in all_records(store)] == list(range(300))
+    assert store.commit_log_max_offset == end
+    assert len(os.listdir(tmp_path / "commitlog")) == n_files_before
+    assert store.stats["recovery_corrupt_regions"] == 1 and store.stats["recovery_missing_units"] == 1
+    assert store.get_max_offset("TopicTest", 0) == 600
+    assert [r.queue_offset for r in all_records(store)] == list(range(300)) + list(range(301, 600))
+    assert store.look_message_by_offset(victim.physical_offset) is None
     r = await store.put_messages([make_msg(i) for i in range(5)])
-    assert (r.physical_offset, r.queue_offset) == (victim.physical_offset, 300)
+    assert (r.physical_offset, r.queue_offset) == (end, 600)
     store.close()
 
 
@@ -170,17 +180,17 @@ async def test_crash_after_checkpoint_uses_recent_start(tmp_path):
         task.cancel()
     store.close()
     scanned_from = []
-    original = CommitLog.scan_valid_end
+    original = log_scan.scan
 
-    def spy(self, start_index, verify_crc):
-        scanned_from.append(start_index)
-        return original(self, start_index, verify_crc)
+    def spy(cl, start, verify_crc, stop=None, trusted_end=None):
+        scanned_from.append(start)
+        return original(cl, start, verify_crc, stop, trusted_end)
 
-    CommitLog.scan_valid_end = spy
+    log_scan.scan = spy
     try:
         store = open_store(tmp_path, clock=clock)
     finally:
-        CommitLog.scan_valid_end = original
+        log_scan.scan = original
     assert scanned_from and scanned_from[0] > 0  # did not re-verify from the first file
     assert store.get_max_offset("TopicTest", 0) == 450
     assert [r.queue_offset for r in all_records(store)] == list(range(450))
