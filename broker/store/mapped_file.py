@@ -278,12 +278,13 @@ class MappedFileQueue:
             if size == 0:
                 log.warning("removing empty store file %s", path)
                 os.unlink(path)
+                cut_at = start if cut_at is None else min(cut_at, start)
                 continue
             if size < self.file_size:
                 log.warning("%s %s is %d bytes, expected %d: cut short (e.g. by an incomplete copy); extending it "
                             "with zeros and recovering what it holds", what, path, size, self.file_size)
                 extend_file(path, self.file_size, align)
-                cut_at = start + size
+                cut_at = start + size if cut_at is None else min(cut_at, start + size)
             mf = MappedFile(path, start, self.file_size, create=False)
             mf.wrote_position = self.file_size
             mf.flushed_position = self.file_size

@@ -95,7 +95,11 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         redispatch_from = uncovered
     redispatched = 0
     if redispatch_from is not None and redispatch_from < end:
-        redispatched = _redispatch(store, redispatch_from, end)
+        redispatched, again_from = _redispatch(store, redispatch_from, end, find_gaps=True)
+        if again_from is not None:
+            log.warning("recovery: consume queues miss records from before offset %d: re-building them from "
+                        "offset %d", redispatch_from, min(again_from, redispatch_from))
+            redispatched += _redispatch(store, min(again_from, redispatch_from), end)[0]
     cl_min = cl.min_offset
     for cq in store.iter_consume_queues():
         cq.correct_min_offset(cl_min)
@@ -186,7 +190,7 @@ def _report_regions(store: MessageStore, regions: list[log_scan.Region]) -> int:
         total += len(hit)
         if n < MAX_REGION_LOG_LINES:
             mf = cl.mfq.find(region.start)
-            where = ("%s at +%d" % (mf.path, region.start - mf.file_from_offset) if mf is not None
+            where = ("%s +%d" % (mf.path, region.start - mf.file_from_offset) if mf is not None
                      else "a missing file")
             log.error("commit log damaged: %d unreadable bytes at offset %d (%s): %s; valid records after it are "
                       "kept; %d consume queue unit(s) there now read as missing%s", region.size, region.start,
@@ -215,6 +219,9 @@ def _first_uncovered(store: MessageStore, end: int) -> int | None:
     if damaged is not None:
         start = min(start, damaged)
     start = max(start, cl.min_offset)
+    for region_start, region_end in cl.corrupt_regions:  # nothing to re-build from unreadable bytes
+        if region_start <= start < region_end:
+            start = region_end
     return start if start < end else None
 
 
@@ -238,8 +245,10 @@ _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
 
 
-def _redispatch(store: MessageStore, start: int, end: int) -> int:
-    """Re-build CQ units and index entries for records in [start, end) that are missing.
+def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False) -> tuple[int, int | None]:
+    """Re-build CQ units and index entries for records in [start, end) that are missing; returns how many CQ
+    units were written and, with ``find_gaps``, the offset to start again from when a queue misses records from
+    before ``start`` (those records are then left for that second pass instead of being filled over).
 
     Only the fixed fields and the topic are parsed for records that are already dispatched;
     properties are decoded only for records that need a CQ unit or index entries."""
@@ -249,6 +258,7 @@ def _redispatch(store: MessageStore, start: int, end: int) -> int:
     delay_levels = store.delay_levels_ms
     topics: dict[bytes, str] = {}
     count = 0
+    again_from = None
     for mf, pos, size in cl.iter_record_positions(start, end):
         mm = mf.mm
         phys = mf.file_from_offset + pos
@@ -275,6 +285,10 @@ def _redispatch(store: MessageStore, start: int, end: int) -> int:
             cq = store.get_or_create_consume_queue(topic, queue_id)
             if queue_offset < cq.max_offset:
                 cq = None  # already present
+            elif find_gaps and queue_offset > cq.max_offset:
+                gap_from = _gap_start(cl, cq)
+                again_from = gap_from if again_from is None else min(again_from, gap_from)
+                cq = None
         if cq is None and not need_index:
             continue
         p += topic_len
@@ -298,4 +312,16 @@ def _redispatch(store: MessageStore, start: int, end: int) -> int:
                     keys.append(key)
             if keys:
                 index.put(index.hasher.hash_many(topic, keys), [phys] * len(keys), store_ts)
-    return count
+    return count, again_from
+
+
+def _gap_start(cl, cq) -> int:
+    """Where to re-dispatch from to find what a queue misses: its newest record (or its file), else the log start."""
+    newest = cq.newest_record()
+    if newest is None:
+        return cl.min_offset
+    phys, size = newest
+    if log_scan.record_size_at(cl, phys, False) == size:
+        return phys
+    mf = cl.mfq.find(phys)
+    return mf.file_from_offset if mf is not None else cl.min_offset
