@@ -9,13 +9,13 @@ torn tail) ends the log.
 
 from __future__ import annotations
 
-import errno
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, check_record
+
+from .mapped_file import data_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from .commit_log import CommitLog
@@ -58,34 +58,6 @@ def record_size_at(cl: CommitLog, offset: int, verify_crc: bool) -> int:
     return r
 
 
-def _data_ranges(path: str, start: int, stop: int):
-    """File-relative [a, b) ranges within [start, stop) that may hold data: holes (never written parts of a
-    pre-allocated file, which read as zeros) are skipped with SEEK_DATA/SEEK_HOLE, so searching the empty tail
-    of a 1 GiB file costs nothing. Without that support the whole range is returned."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        yield start, stop
-        return
-    try:
-        pos = start
-        while pos < stop:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # only a hole from here on
-                    return
-                yield pos, stop
-                return
-            if data >= stop:
-                return
-            hole = os.lseek(fd, data, os.SEEK_HOLE)
-            yield max(pos, data - 8), min(stop, hole)  # a record's size field may begin with zero bytes
-            pos = hole
-    finally:
-        os.close(fd)
-
-
 def find_record_start(cl: CommitLog, first: int, limit: int, verify_crc: bool) -> int | None:
     """The lowest global offset in [first, limit) where a valid record starts, None if there is none."""
     fsize = cl.file_size
@@ -96,7 +68,8 @@ def find_record_start(cl: CommitLog, first: int, limit: int, verify_crc: bool) -
         if base >= limit:
             return None
         mm = mf.mm
-        for pos, stop in _data_ranges(mf.path, max(0, first - base), min(fsize, limit - base)):
+        for pos, stop in data_ranges(mf.path, max(0, first - base), min(fsize, limit - base)):
+            pos = max(pos - 8, 0)  # a record's size field may begin with zero bytes
             while pos < stop:
                 i = mm.find(_MAGIC_PREFIX, pos + 4, stop + 4)
                 if i < 0:

@@ -78,6 +78,33 @@ def extend_file(path: str, size: int, align: int = 1) -> int:
     return old
 
 
+def data_ranges(path: str, start: int, stop: int):
+    """File-relative [a, b) ranges within [start, stop) that may hold data. Holes (never written parts of a
+    pre-allocated file; they read as zeros) are skipped with SEEK_DATA/SEEK_HOLE, so looking through the empty
+    remainder of a 1 GiB file costs nothing; without that support the whole range is yielded."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        yield start, stop
+        return
+    try:
+        pos = start
+        while pos < stop:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: only a hole from here on
+                    yield pos, stop
+                return
+            if data >= stop:
+                return
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+            yield data, min(stop, hole)
+            pos = hole
+    finally:
+        os.close(fd)
+
+
 def unmap(mm: mmap.mmap) -> None:
     """Close a mapping. Slices still referenced (e.g. a pull response being written) keep it alive: it goes away
     with the last of them."""
@@ -201,13 +228,12 @@ class MappedFile:
     def zero_from(self, position: int) -> None:
         """Zero the file from ``position`` to its end (used to cut a torn tail)."""
         mm = self.mm
-        size = self.file_size
-        pos = position
-        while pos < size:
-            end = min(size, (pos // _ZERO_CHUNK_SIZE + 1) * _ZERO_CHUNK_SIZE)
-            if mm[pos:end] != _ZERO_CHUNK[:end - pos]:  # only touch pages that hold data
-                mm[pos:end] = _ZERO_CHUNK[:end - pos]
-            pos = end
+        for pos, stop in data_ranges(self.path, position, self.file_size):  # holes read as zeros already
+            while pos < stop:
+                end = min(stop, (pos // _ZERO_CHUNK_SIZE + 1) * _ZERO_CHUNK_SIZE)
+                if mm[pos:end] != _ZERO_CHUNK[:end - pos]:  # only touch pages that hold data
+                    mm[pos:end] = _ZERO_CHUNK[:end - pos]
+                pos = end
         self.wrote_position = min(self.wrote_position, position)
         self.flushed_position = min(self.flushed_position, position)
 
