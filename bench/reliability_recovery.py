@@ -11,15 +11,17 @@ with the number of messages pullable after each; then the kill -9 scenario of th
 ``--tree`` runs the same against another checkout (e.g. ``git archive <base> | tar -x -C /tmp/base``) for the
 before/after comparison; only the public store API is used.
 
-Measured on the 2-core dev box (shared), --mb 256 --file-mb 1024:
+Measured on the shared 2-core dev box with the defaults (``python bench/reliability_recovery.py``, and with
+``--tree`` on an export of the base commit 09e9209); start-up times vary by ~50% between runs there:
 
-                                   before (09e9209)        after (this branch)
-  normal start                     0.01 s, 262144 visible  0.13 s, 262144 visible (16 MiB tail CRC-verified)
-  normal start, consumequeue/ gone 0.01 s, 0 visible       1.0 s, 262144 visible (same offsets)
-  abnormal start, recent checkpt   ...                     ...
-  abnormal start, no checkpoint    ...                     ...
-  flipped byte in oldest file      kept 1,957 / lost 4,043, 1 of 3 files kept
-                                                           kept 5,999 / lost 1 (the damaged one), 3 of 3 kept
+                                      before (09e9209)          after (issue11-recovery)
+  normal start                        1.0-2.5 s, 238848 visible  0.04-0.05 s, 238848 visible (last 16 MiB CRC-checked)
+  normal start, consumequeue/ deleted 0.07-0.2 s, 0 visible      1.3-1.7 s, 238848 visible (same queue offsets)
+  abnormal start, recent checkpoint   1.8-2.7 s                  1.9-3.9 s (same work: verify + re-dispatch)
+  abnormal start, no checkpoint       1.6-1.9 s                  1.7-2.4 s
+  flipped byte in oldest file         kept 25 / lost 5975,       kept 5999 / lost 1 (the damaged record),
+                                      1 of 3 files kept          3 of 3 files kept
+(The old normal start read the whole empty remainder of the last 1 GiB file when placing the write position.)
 """
 
 from __future__ import annotations
