@@ -15,6 +15,7 @@ log = logging.getLogger("broker")
 
 EXIT_CONFIG_ERROR = 2
 EXIT_STORE_LOCKED = 3
+EXIT_STORE_FILE_ERROR = 4
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,6 +41,7 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 async def _serve(config) -> int:
     from broker.broker import Broker
     from broker.store.lock import StoreLockedError
+    from broker.store.mapped_file import StoreFileError
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,6 +69,10 @@ async def _serve(config) -> int:
         print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
         await broker.shutdown()
         return EXIT_STORE_LOCKED
+    except StoreFileError as exc:  # a damaged or mis-sized store file: say which and what to do
+        print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
+        await broker.shutdown()
+        return EXIT_STORE_FILE_ERROR
     except Exception as exc:
         log.error("broker failed to start: %s", exc, exc_info=True)
         await broker.shutdown()

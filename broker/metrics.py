@@ -531,3 +531,14 @@ class _BrokerCollector:
         ratio = GaugeMetricFamily("rocketmq_store_disk_used_ratio", "Used fraction of the store's disk")
         ratio.add_metric([], float(getattr(store, "disk_used_ratio", 0.0) or 0.0))
         yield ratio
+        stats = store.stats
+        for name, key, doc in (
+                ("rocketmq_store_recovery_corrupt_regions", "recovery_corrupt_regions",
+                 "Unreadable commit-log regions the last start-up recovery found (valid records after them kept)"),
+                ("rocketmq_store_recovery_corrupt_bytes", "recovery_corrupt_bytes",
+                 "Bytes in those unreadable commit-log regions"),
+                ("rocketmq_store_recovery_missing_messages", "recovery_missing_units",
+                 "Consume queue entries whose record was unreadable at start-up (pulls skip them)")):
+            gauge = GaugeMetricFamily(name, doc)
+            gauge.add_metric([], stats.get(key, 0))
+            yield gauge

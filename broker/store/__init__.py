@@ -1,7 +1,7 @@
 """RocketMQ-format message store (commit log, consume queues, index, checkpoint)."""
 
 from .config_file import JsonConfigFile
-from .mapped_file import StoreDiskFullError
+from .mapped_file import StoreDiskFullError, StoreFileError
 from .message_store import MessageStore
 from .types import (
     GetResult,
@@ -15,5 +15,5 @@ from .types import (
 
 __all__ = [
     "GetResult", "GetStatus", "JsonConfigFile", "MessageStore", "MessageToStore", "PutResult", "PutStatus",
-    "QueryResult", "StoreConfig", "StoreDiskFullError",
+    "QueryResult", "StoreConfig", "StoreDiskFullError", "StoreFileError",
 ]

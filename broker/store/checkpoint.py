@@ -8,8 +8,13 @@ scanning the commit log.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
+
+from .mapped_file import StoreFileError
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
@@ -27,13 +32,17 @@ class StoreCheckpoint:
         self.confirm_phy_offset = 0
 
     def load(self) -> bool:
-        """Read the file; False (all zero) when absent or short."""
+        """Read the file; False (all zero) when absent or short. StoreFileError if it cannot be read."""
         try:
             with open(self.path, "rb") as f:
                 data = f.read(CHECKPOINT_SIZE)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise StoreFileError("cannot read the checkpoint file %s: %s; move it away to start without it (the "
+                                 "commit log is then verified)" % (self.path, exc.strerror or exc)) from exc
         if len(data) < _FIELDS.size:
+            log.warning("checkpoint %s is %d bytes, expected %d: ignoring it", self.path, len(data), CHECKPOINT_SIZE)
             return False
         (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
          self.master_flushed_offset, self.confirm_phy_offset) = _FIELDS.unpack_from(data, 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
+from bisect import bisect_right
 
 from protocol.message import (
     MAGIC_V1,
@@ -35,6 +36,7 @@ _SHORT = struct.Struct(">h")
 _MASK31 = 0x7FFFFFFF
 _NOT_V6 = ~0x30
 _BORN_V6 = 0x10
+_MAX_OFFSET = 1 << 62
 
 
 def store_timestamp_position(sys_flag: int) -> int:
@@ -51,10 +53,22 @@ class CommitLog:
         self.store_host = store_host
         self._cur: MappedFile | None = None
         self._empty_start = 0  # where the first file starts when none exists yet
+        # Unreadable [start, end) ranges found by recovery, sorted; records there are never served.
+        self.corrupt_regions: list[tuple[int, int]] = []
+        self.cut_at: int | None = None  # where a last file cut short ended (it was extended with zeros)
 
     # -- state ------------------------------------------------------------------
     def load(self) -> None:
-        self.mfq.load()
+        """Map the files (StoreFileError for a file of the wrong size that cannot be recovered)."""
+        self.cut_at = self.mfq.load(
+            "commit log file", "mappedFileSizeCommitLog",
+            "restore it from a backup, or move it and the files after it out of %s to start without their "
+            "messages" % self.mfq.directory)
+
+    def in_corrupt_region(self, phys: int) -> bool:
+        """Whether ``phys`` lies in a region recovery found unreadable."""
+        idx = bisect_right(self.corrupt_regions, (phys, _MAX_OFFSET)) - 1
+        return idx >= 0 and phys < self.corrupt_regions[idx][1]
 
     @property
     def min_offset(self) -> int:
@@ -239,9 +253,9 @@ class CommitLog:
         return mf.view[pos:pos + size]
 
     def read_record(self, phys: int, size: int | None = None) -> bytes | None:
-        """The raw record at ``phys`` (validated by magic and size), or None."""
+        """The raw record at ``phys`` (validated by magic and size, not in an unreadable region), or None."""
         mf = self.mfq.find(phys)
-        if mf is None:
+        if mf is None or (self.corrupt_regions and self.in_corrupt_region(phys)):
             return None
         pos = phys - mf.file_from_offset
         if pos + 8 > mf.wrote_position:
@@ -274,37 +288,6 @@ class CommitLog:
         return _LONG.unpack_from(mf.mm, store_timestamp_position(sys_flag))[0]
 
     # -- recovery ---------------------------------------------------------------
-    def scan_valid_end(self, start_index: int, verify_crc: bool) -> int:
-        """Walk records from file ``start_index`` and return the global end of valid data.
-
-        A record is valid when magic, sizes (and CRC when asked) check out and its
-        PHYSICALOFFSET field equals its position.
-        """
-        files = self.mfq.files
-        fsize = self.file_size
-        if not files:
-            return self._empty_start
-        end = files[start_index].file_from_offset
-        for idx in range(start_index, len(files)):
-            mf = files[idx]
-            if mf.file_from_offset != end and idx != start_index:
-                break  # a hole in the file sequence: data after it is unreachable
-            mm = mf.mm
-            pos = 0
-            base = mf.file_from_offset
-            while True:
-                r = check_record(mm, pos, fsize, verify_crc)
-                if r > 0:
-                    if _LONG.unpack_from(mm, pos + 28)[0] != base + pos:
-                        return base + pos
-                    pos += r
-                    continue
-                if r < 0:  # BLANK: the file is complete, continue with the next one
-                    end = base + fsize
-                    break
-                return base + pos
-        return end
-
     def find_recover_start(self, timestamp: int) -> int:
         """Index of the newest file whose first record is older than ``timestamp`` (0 if none)."""
         files = self.mfq.files
@@ -317,23 +300,37 @@ class CommitLog:
         return 0
 
     def iter_record_positions(self, start_offset: int, end_offset: int):
-        """Yield (file, position, size) of every record in [start_offset, end_offset)."""
+        """Yield (file, position, size) of every record in [start_offset, end_offset), stepping over the
+        unreadable regions recovery found."""
         fsize = self.file_size
+        regions = dict(self.corrupt_regions)
         mf = self.mfq.find(start_offset)
+        if mf is None and regions.get(start_offset):
+            start_offset = regions[start_offset]
+            mf = self.mfq.find(start_offset)
         while mf is not None:
             pos = max(0, start_offset - mf.file_from_offset)
             limit = min(fsize, end_offset - mf.file_from_offset)
             mm = mf.mm
+            next_start = mf.end_offset
             while pos < limit:
                 r = check_record(mm, pos, limit, False)
                 if r <= 0:
+                    skip_to = regions.get(mf.file_from_offset + pos) if r == 0 else None
+                    if skip_to is not None and skip_to > mf.end_offset:
+                        next_start = skip_to
+                    elif skip_to is not None:
+                        pos = skip_to - mf.file_from_offset
+                        continue
                     break
                 yield mf, pos, r
                 pos += r
-            next_start = mf.end_offset
             if next_start >= end_offset:
                 return
+            start_offset = next_start
             mf = self.mfq.find(next_start)
+            if mf is None:  # a missing file: go on with the next one that exists
+                mf = next((f for f in self.mfq.files if f.file_from_offset > next_start), None)
 
     # -- deletion / flush -------------------------------------------------------
     def dirty_files(self) -> list[MappedFile]:

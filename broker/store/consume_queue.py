@@ -44,17 +44,22 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = round_cq_file_size(file_size)
         self.units_per_file = self.file_size // UNIT_SIZE
+        self.root_dir = root_dir
         self.directory = os.path.join(root_dir, topic, str(queue_id))
         self.mfq = MappedFileQueue(self.directory, self.file_size)
         self.min_offset = 0
         self.max_offset = 0
         # Write cursor into the last file.
         self._cur: MappedFile | None = None
+        self.damaged = False  # a file was cut short: recovery re-dispatches what it lost
 
     # -- loading / recovery -----------------------------------------------------
     def load(self) -> None:
         """Map the files and find the end of the written units (binary search, units are a prefix)."""
-        self.mfq.load()
+        cut_at = self.mfq.load("consume queue file", "mappedFileSizeConsumeQueue",
+                               "delete %s to rebuild the consume queues from the commit log" % self.root_dir,
+                               align=UNIT_SIZE)
+        self.damaged = cut_at is not None
         files = self.mfq.files
         while files:
             last = files[-1]
@@ -91,6 +96,52 @@ class ConsumeQueue:
         self.min_offset = max(self.min_offset, first_start)
         if self.min_offset > self.max_offset:
             self.min_offset = self.max_offset
+
+    def newest_record(self, max_back: int = 64) -> tuple[int, int] | None:
+        """(commit-log offset, size) of the newest record this queue points to, passing over at most
+        ``max_back`` units that read as missing; None when there is none."""
+        off = self.max_offset - 1
+        low = max(self.min_offset, off - max_back)
+        while off >= low:
+            unit = self.get_unit(off)
+            if unit is None:
+                return None
+            if unit[1] != FILLER_SIZE:
+                return unit[0], unit[1]
+            off -= 1
+        return None
+
+    def offsets_pointing_into(self, start: int, end: int) -> list[int]:
+        """Logical offsets of the units whose record starts in commit-log [start, end) (binary search on the
+        commit-log offsets, which grow along the queue)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.get_unit(mid)
+            if unit is not None and unit[0] < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        found = []
+        while lo < self.max_offset:
+            unit = self.get_unit(lo)
+            if unit is None or unit[0] >= end:
+                break
+            if unit[0] >= start:
+                found.append(lo)
+            lo += 1
+        return found
+
+    def mark_missing(self, offset: int) -> None:
+        """Make the unit read as missing (size FILLER, commit-log offset kept so offsets stay ordered): its
+        record is unreadable."""
+        mf = self.mfq.find(offset * UNIT_SIZE)
+        if mf is None or offset >= self.max_offset:
+            return
+        pos = offset * UNIT_SIZE - mf.file_from_offset
+        phys, _size, tags = CQ_UNIT.unpack_from(mf.mm, pos)
+        CQ_UNIT.pack_into(mf.mm, pos, phys, FILLER_SIZE, tags)
+        mf.flushed_position = min(mf.flushed_position, pos)  # let the flush service sync it
 
     def last_unit(self) -> tuple[int, int, int] | None:
         if self.max_offset <= self.min_offset:
@@ -135,7 +186,7 @@ class ConsumeQueue:
             while lo < hi:
                 mid = (lo + hi) // 2
                 phys, size, _t = CQ_UNIT.unpack_from(view, mid * UNIT_SIZE)
-                if size == FILLER_SIZE or phys < commit_log_min:
+                if phys < commit_log_min or (size == FILLER_SIZE and phys == 0):  # head fillers
                     lo = mid + 1
                 else:
                     hi = mid

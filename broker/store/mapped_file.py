@@ -26,6 +26,10 @@ class StoreDiskFullError(OSError):
     """A store file could not be created because the disk is full."""
 
 
+class StoreFileError(ValueError):
+    """A store file cannot be used as it is; the one-line message names it and says what to do."""
+
+
 def file_name_for(offset: int) -> str:
     return "%020d" % offset
 
@@ -52,6 +56,53 @@ def _allocate(path: str, size: int) -> None:
             raise StoreDiskFullError(exc.errno, "disk full: cannot allocate %d bytes for %s" % (size, path)) from exc
         raise
     os.close(fd)
+
+
+def extend_file(path: str, size: int, align: int = 1) -> int:
+    """Grow a file cut short to ``size`` zero-filled bytes; a partial ``align``-sized entry at the cut is zeroed.
+    Returns the old size."""
+    old = os.path.getsize(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(fd, size)
+        partial = old % align
+        if partial:
+            os.pwrite(fd, bytes(partial), old - partial)
+    finally:
+        os.close(fd)
+    return old
+
+
+def data_ranges(path: str, start: int, stop: int):
+    """File-relative [a, b) ranges within [start, stop) that may hold data. Holes (never written parts of a
+    pre-allocated file; they read as zeros) are skipped with SEEK_DATA/SEEK_HOLE, so looking through the empty
+    remainder of a 1 GiB file costs nothing; without that support the whole range is yielded."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        yield start, stop
+        return
+    try:
+        pos = start
+        while pos < stop:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: only a hole from here on
+                    yield pos, stop
+                return
+            if data >= stop:
+                return
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+            yield data, min(stop, hole)
+            pos = hole
+    finally:
+        os.close(fd)
 
 
 def unmap(mm: mmap.mmap) -> None:
@@ -177,13 +228,12 @@ class MappedFile:
     def zero_from(self, position: int) -> None:
         """Zero the file from ``position`` to its end (used to cut a torn tail)."""
         mm = self.mm
-        size = self.file_size
-        pos = position
-        while pos < size:
-            end = min(size, (pos // _ZERO_CHUNK_SIZE + 1) * _ZERO_CHUNK_SIZE)
-            if mm[pos:end] != _ZERO_CHUNK[:end - pos]:  # only touch pages that hold data
-                mm[pos:end] = _ZERO_CHUNK[:end - pos]
-            pos = end
+        for pos, stop in data_ranges(self.path, position, self.file_size):  # holes read as zeros already
+            while pos < stop:
+                end = min(stop, (pos // _ZERO_CHUNK_SIZE + 1) * _ZERO_CHUNK_SIZE)
+                if mm[pos:end] != _ZERO_CHUNK[:end - pos]:  # only touch pages that hold data
+                    mm[pos:end] = _ZERO_CHUNK[:end - pos]
+                pos = end
         self.wrote_position = min(self.wrote_position, position)
         self.flushed_position = min(self.flushed_position, position)
 
@@ -213,24 +263,59 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
 
     # -- loading -----------------------------------------------------------------
-    def load(self) -> None:
-        """Map every existing file in offset order (files of another size are errors)."""
+    def list_files(self) -> list[tuple[int, str, int]]:
+        """(start offset, path, size) of the store files in offset order; other names are reported and skipped."""
         if not os.path.isdir(self.directory):
-            return
-        names = sorted(n for n in os.listdir(self.directory) if len(n) == 20 and n.isdigit())
-        for name in names:
+            return []
+        entries = []
+        for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
-            if os.path.getsize(path) != self.file_size:
-                if os.path.getsize(path) == 0:
-                    log.warning("removing empty store file %s", path)
-                    os.unlink(path)
-                    continue
-                raise ValueError("store file %s has size %d, expected %d"
-                                 % (path, os.path.getsize(path), self.file_size))
-            mf = MappedFile(path, int(name), self.file_size, create=False)
+            if len(name) != 20 or not name.isdigit():
+                log.warning("ignoring %s: not a store file name (20 digits)", path)
+                continue
+            entries.append((int(name), path, os.path.getsize(path)))
+        return entries
+
+    def load(self, what: str = "store file", size_key: str = "", remedy: str = "", align: int = 1) -> int | None:
+        """Map every existing file in offset order.
+
+        Empty files are removed and a last file cut short is extended with zeros (recovery then finds where its
+        valid data ends); it returns the global offset of that cut, None if there was none. Any other file of the
+        wrong size raises StoreFileError: ``what`` names the kind of file, ``size_key`` the broker.conf key of
+        the expected size and ``remedy`` what the operator can do. ``align``: entry size (a partial entry at the
+        cut is zeroed)."""
+        entries = self.list_files()
+        sized = [e for e in entries if e[2] != 0]
+        for i, (start, path, size) in enumerate(sized):
+            if size == self.file_size or (i == len(sized) - 1 and size < self.file_size):
+                continue
+            sizes = {e[2] for e in sized}
+            if len(sizes) == 1:
+                advice = ("all %d files there are %d bytes: set %s=%d (the size they were written with)"
+                          % (len(sized), size, size_key or "the file size", size))
+                if remedy:
+                    advice += ", or " + remedy
+            else:
+                advice = remedy or "restore it from a backup"
+            raise StoreFileError("%s %s is %d bytes, expected %d%s: %s" % (
+                what, path, size, self.file_size, " (%s)" % size_key if size_key else "", advice))
+        cut_at = None
+        for start, path, size in entries:
+            if size == 0:
+                log.warning("removing empty store file %s", path)
+                os.unlink(path)
+                cut_at = start if cut_at is None else min(cut_at, start)
+                continue
+            if size < self.file_size:
+                log.warning("%s %s is %d bytes, expected %d: cut short (e.g. by an incomplete copy); extending it "
+                            "with zeros and recovering what it holds", what, path, size, self.file_size)
+                extend_file(path, self.file_size, align)
+                cut_at = start + size if cut_at is None else min(cut_at, start + size)
+            mf = MappedFile(path, start, self.file_size, create=False)
             mf.wrote_position = self.file_size
             mf.flushed_position = self.file_size
             self.files.append(mf)
+        return cut_at
 
     # -- lookup ------------------------------------------------------------------
     @property

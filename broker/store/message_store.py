@@ -23,7 +23,7 @@ from .consume_queue import CQ_UNIT, UNIT_SIZE, ConsumeQueue
 from .flush import FlushService
 from .index import IndexService
 from .lock import StoreDirectoryLock
-from .mapped_file import remove_file
+from .mapped_file import StoreFileError, remove_file
 from .retention import RetentionService, disk_used_ratio
 from .types import GetResult, GetStatus, QueryResult, StoreConfig
 
@@ -63,23 +63,31 @@ class MessageStore(MessageAppender):
         self._disk_refuse_remark: str | None = None
         self.disk_used_ratio = 0.0
         self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "get_found": 0,
-                      "get_messages": 0, "get_misses": 0}
+                      "get_messages": 0, "get_misses": 0,
+                      # what the last start-up recovery found unreadable in the commit log (recovery.py)
+                      "recovery_corrupt_regions": 0, "recovery_corrupt_bytes": 0, "recovery_missing_units": 0}
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
-        """Open all files, run normal or abnormal recovery, create the ``abort`` marker."""
+        """Open all files, run normal or abnormal recovery, create the ``abort`` marker.
+
+        A store that cannot be opened raises StoreFileError with a one-line reason (no traceback for users)."""
         self.lock()
         abnormal = os.path.exists(self.abort_path)
-        self.checkpoint.load()
-        self.commit_log.load()
-        self._load_consume_queues()
-        if self.index is not None:
-            self.index.load()
-        recovery.recover(self, abnormal)
-        self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
-        self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
-        with open(self.abort_path, "w") as f:
-            f.write(str(os.getpid()))
+        try:
+            self.checkpoint.load()
+            self.commit_log.load()
+            self._load_consume_queues()
+            if self.index is not None:
+                self.index.load()
+            recovery.recover(self, abnormal)
+            self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
+            self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
+            with open(self.abort_path, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as exc:
+            name = exc.filename or self.root_dir
+            raise StoreFileError("cannot open the store file %s: %s" % (name, exc.strerror or exc)) from exc
         self.flush_service = FlushService(self)
         self._loaded = True
 

@@ -9,7 +9,7 @@ import pytest
 from protocol.message import decode_record, iter_records
 
 from broker.store import GetStatus, PutStatus
-from broker.store.commit_log import CommitLog
+from broker.store import log_scan, recovery
 from broker.store.consume_queue import CQ_UNIT
 
 from test_store_helpers import CL_SIZE, FakeClock, make_msg, open_store
@@ -55,12 +55,19 @@ async def test_clean_shutdown_and_fast_reopen(tmp_path, monkeypatch):
     await store.shutdown()
     assert not os.path.exists(tmp_path / "abort")
 
-    def no_scan(*args, **kwargs):
-        raise AssertionError("a clean restart must not scan the commit log")
+    scans = []
+    original = log_scan.scan
 
-    monkeypatch.setattr(CommitLog, "scan_valid_end", no_scan)
+    def spy(cl, start, verify_crc, stop=None, trusted_end=None):
+        scans.append((start, stop))
+        return original(cl, start, verify_crc, stop, trusted_end)
+
+    monkeypatch.setattr(log_scan, "scan", spy)
+    monkeypatch.setattr(recovery, "NORMAL_VERIFY_BYTES", 8192)
     store = open_store(tmp_path)
     monkeypatch.undo()
+    # a clean restart only verifies a bounded window before the recorded end
+    assert len(scans) == 1 and scans[0][1] == end and end - 8192 <= scans[0][0] < end
     assert store.commit_log_max_offset == end
     assert store.get_max_offset("TopicTest", 0) == 400
     assert [r.queue_offset for r in all_records(store)] == list(range(400))
@@ -112,21 +119,24 @@ async def test_crash_with_torn_tail_record(tmp_path, damage):
     store.close()
 
 
-async def test_crash_in_middle_file_drops_later_files_and_cq_units(tmp_path):
+async def test_crash_with_damage_in_middle_file_keeps_later_files(tmp_path):
     store = open_store(tmp_path)
     results = await fill(store, 600)
+    end = store.commit_log_max_offset
     store.close()
     victim = results[300]
     path, pos = cl_path(tmp_path, victim.physical_offset)
     patch_file(path, pos + 4, b"\x00\x00\x00\x00")  # bad magic
     n_files_before = len(os.listdir(tmp_path / "commitlog"))
     store = open_store(tmp_path)
-    assert store.commit_log_max_offset == victim.physical_offset
-    assert len(os.listdir(tmp_path / "commitlog")) < n_files_before
-    assert store.get_max_offset("TopicTest", 0) == 300
-    assert [r.queue_offset for r in all_records(store)] == list(range(300))
+    assert store.commit_log_max_offset == end
+    assert len(os.listdir(tmp_path / "commitlog")) == n_files_before
+    assert store.stats["recovery_corrupt_regions"] == 1 and store.stats["recovery_missing_units"] == 1
+    assert store.get_max_offset("TopicTest", 0) == 600
+    assert [r.queue_offset for r in all_records(store)] == list(range(300)) + list(range(301, 600))
+    assert store.look_message_by_offset(victim.physical_offset) is None
     r = await store.put_messages([make_msg(i) for i in range(5)])
-    assert (r.physical_offset, r.queue_offset) == (victim.physical_offset, 300)
+    assert (r.physical_offset, r.queue_offset) == (end, 600)
     store.close()
 
 
@@ -170,17 +180,17 @@ async def test_crash_after_checkpoint_uses_recent_start(tmp_path):
         task.cancel()
     store.close()
     scanned_from = []
-    original = CommitLog.scan_valid_end
+    original = log_scan.scan
 
-    def spy(self, start_index, verify_crc):
-        scanned_from.append(start_index)
-        return original(self, start_index, verify_crc)
+    def spy(cl, start, verify_crc, stop=None, trusted_end=None):
+        scanned_from.append(start)
+        return original(cl, start, verify_crc, stop, trusted_end)
 
-    CommitLog.scan_valid_end = spy
+    log_scan.scan = spy
     try:
         store = open_store(tmp_path, clock=clock)
     finally:
-        CommitLog.scan_valid_end = original
+        log_scan.scan = original
     assert scanned_from and scanned_from[0] > 0  # did not re-verify from the first file
     assert store.get_max_offset("TopicTest", 0) == 450
     assert [r.queue_offset for r in all_records(store)] == list(range(450))
@@ -219,3 +229,234 @@ async def test_redispatch_handles_ipv6_and_long_topics(tmp_path):
     for topic, key in ((long_topic, "lk"), ("TopicTest", "v6"), ("TopicTest", "half")):
         assert len(store.query_message(topic, key, 32, 0, 2**62).records) == 1
     store.close()
+
+
+# ---------------------------------------------------------------- issue 11: rebuild, damage, mis-sized files
+import shutil  # noqa: E402
+
+from broker.store import MessageStore, StoreFileError  # noqa: E402
+from test_store_helpers import small_config  # noqa: E402
+
+
+async def fill_queues(store, per_queue=150, queues=(("TopicTest", 0), ("TopicTest", 1), ("Other", 0))):
+    """Interleaved puts over several queues: {(topic, qid): [bodies]}."""
+    sent = {q: [] for q in queues}
+    for i in range(per_queue):
+        for topic, qid in queues:
+            body = b"%s-%d-%d-" % (topic.encode(), qid, i) + b"x" * 200
+            r = await store.put_message(make_msg(i, topic=topic, queue_id=qid, body=body))
+            assert r.status is PutStatus.PUT_OK
+            sent[(topic, qid)].append(body)
+    return sent
+
+
+def pulled(store, topic, qid):
+    out, offset = {}, 0
+    for _ in range(2000):
+        g = store.get_messages(topic, qid, offset, 32)
+        if g.status is GetStatus.FOUND:
+            for rec in iter_records(g.body()):
+                out[rec.queue_offset] = rec.body
+        elif g.status is not GetStatus.MESSAGE_WAS_REMOVING:
+            return out
+        offset = g.next_begin_offset
+    raise AssertionError("too many pulls")
+
+
+def assert_all_pullable(store, sent, missing=()):
+    for (topic, qid), bodies in sent.items():
+        expect = {i: b for i, b in enumerate(bodies) if (topic, qid, i) not in missing}
+        assert pulled(store, topic, qid) == expect, (topic, qid)
+        assert store.get_max_offset(topic, qid) == len(bodies)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_deleted_consume_queues_are_rebuilt_with_the_same_offsets(tmp_path, crash):
+    store = open_store(tmp_path)
+    await store.start()
+    sent = await fill_queues(store)
+    if crash:
+        store.close()
+    else:
+        await store.shutdown()
+    shutil.rmtree(tmp_path / "consumequeue")
+    store = open_store(tmp_path)
+    assert_all_pullable(store, sent)
+    r = await store.put_message(make_msg(9999, topic="Other"))
+    assert r.queue_offset == 150
+    store.close()
+
+
+async def test_clean_restart_with_intact_queues_redispatches_nothing(tmp_path, monkeypatch):
+    store = open_store(tmp_path)
+    await store.start()
+    sent = await fill_queues(store, per_queue=50)
+    await store.shutdown()
+
+    def no_redispatch(*args):
+        raise AssertionError("nothing is missing: no re-dispatch")
+
+    monkeypatch.setattr(recovery, "_redispatch", no_redispatch)
+    store = open_store(tmp_path)
+    monkeypatch.undo()
+    assert_all_pullable(store, sent)
+    await store.shutdown()
+
+
+async def test_newest_queue_units_lost_are_rebuilt_at_a_normal_start(tmp_path):
+    store = open_store(tmp_path)
+    await store.start()
+    sent = await fill_queues(store, per_queue=60)
+    await store.shutdown()
+    cq_file = tmp_path / "consumequeue" / "Other" / "0" / ("%020d" % 0)
+    patch_file(cq_file, 40 * 20, bytes(20 * 20))  # the newest 20 units of the newest queue: zeros
+    store = open_store(tmp_path)
+    assert_all_pullable(store, sent)
+    store.close()
+
+
+@pytest.mark.parametrize("cut", [0, 57 * 20 + 7])
+async def test_consume_queue_file_cut_short_is_extended_and_rebuilt(tmp_path, cut):
+    store = open_store(tmp_path)
+    await store.start()
+    sent = await fill_queues(store, per_queue=120)  # 200 units per CQ file: TopicTest/0 holds one file
+    await store.shutdown()
+    cq_file = tmp_path / "consumequeue" / "TopicTest" / "0" / ("%020d" % 0)
+    os.truncate(cq_file, cut)
+    store = open_store(tmp_path)
+    assert_all_pullable(store, sent)
+    assert os.path.getsize(cq_file) == 200 * 20
+    store.close()
+
+
+async def test_consume_queue_file_of_another_size_is_a_clear_error(tmp_path):
+    store = open_store(tmp_path)
+    await store.start()
+    await fill_queues(store, per_queue=250)  # two CQ files for each queue
+    await store.shutdown()
+    first = tmp_path / "consumequeue" / "TopicTest" / "0" / ("%020d" % 0)
+    os.truncate(first, 1000)
+    with pytest.raises(StoreFileError) as err:
+        open_store(tmp_path)
+    text = str(err.value)
+    assert str(first) in text and "1000 bytes, expected 4000 (mappedFileSizeConsumeQueue)" in text
+    assert "consumequeue" in text and "rebuild" in text and "\n" not in text
+
+
+async def test_bad_crc_near_the_end_after_a_clean_stop_is_not_served(tmp_path):
+    store = open_store(tmp_path)
+    await store.start()
+    results = await fill(store, 200)
+    await store.shutdown()
+    victim = results[195]
+    path, pos = cl_path(tmp_path, victim.physical_offset)
+    patch_file(path, pos + 120, b"\xee")  # one byte of the body
+    store = open_store(tmp_path)
+    assert store.stats["recovery_corrupt_regions"] == 1 and store.stats["recovery_missing_units"] == 1
+    assert [r.queue_offset for r in all_records(store)] == [i for i in range(200) if i != 195]
+    r = await store.put_message(make_msg(1000))
+    assert r.queue_offset == 200  # nothing re-used: a consumer past 195 skips nothing
+    await store.shutdown()
+    store = open_store(tmp_path)  # the unit stays marked missing across restarts
+    assert [r.queue_offset for r in all_records(store)] == [i for i in range(201) if i != 195]
+    store.close()
+
+
+async def test_damage_in_the_oldest_file_at_a_crash_keeps_every_newer_file(tmp_path):
+    store = open_store(tmp_path)
+    await store.start()
+    results = await fill(store, 600)  # ~ 4 commit log files of 64 KiB
+    store.close()  # crash
+    files_before = sorted(os.listdir(tmp_path / "commitlog"))
+    assert len(files_before) >= 3
+    victim = results[10]
+    path, pos = cl_path(tmp_path, victim.physical_offset)
+    assert path.endswith("%020d" % 0)
+    patch_file(path, pos + 150, b"\x01")
+    store = open_store(tmp_path)
+    assert sorted(os.listdir(tmp_path / "commitlog")) == files_before
+    assert [r.queue_offset for r in all_records(store)] == [i for i in range(600) if i != 10]
+    assert store.stats["recovery_corrupt_regions"] == 1
+    assert store.stats["recovery_corrupt_bytes"] == victim.wrote_bytes
+    store.close()
+
+
+async def test_missing_middle_commit_log_file_keeps_the_files_after_it(tmp_path):
+    store = open_store(tmp_path)
+    results = await fill(store, 600)
+    end = store.commit_log_max_offset
+    store.close()
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    os.unlink(tmp_path / "commitlog" / names[1])
+    store = open_store(tmp_path)
+    assert store.commit_log_max_offset == end
+    gone = {i for i, r in enumerate(results) if int(names[1]) <= r.physical_offset < int(names[2])}
+    assert gone and sorted(pulled(store, "TopicTest", 0)) == [i for i in range(600) if i not in gone]
+    store.close()
+
+
+async def test_last_commit_log_file_cut_short_is_recovered(tmp_path):
+    store = open_store(tmp_path)
+    await store.start()
+    results = await fill(store, 400)
+    await store.shutdown()
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    last = tmp_path / "commitlog" / names[-1]
+    in_last = [i for i, r in enumerate(results) if r.physical_offset >= int(names[-1])]
+    cut_record = results[in_last[len(in_last) // 2]]
+    os.truncate(last, cut_record.physical_offset - int(names[-1]) + 50)
+    store = open_store(tmp_path)
+    assert os.path.getsize(last) == CL_SIZE
+    assert sorted(pulled(store, "TopicTest", 0)) == list(range(cut_record.queue_offset))
+    r = await store.put_message(make_msg(1000, body=b"after"))
+    assert r.queue_offset == 400  # offsets of the lost records are not handed out again
+    assert pulled(store, "TopicTest", 0)[400] == b"after"
+    store.close()
+
+
+async def test_middle_commit_log_file_of_another_size_is_a_clear_error(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 400)
+    await store.shutdown()
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    os.truncate(tmp_path / "commitlog" / names[1], 1234)
+    with pytest.raises(StoreFileError) as err:
+        open_store(tmp_path)
+    text = str(err.value)
+    assert text.startswith("commit log file %s is 1234 bytes, expected %d (mappedFileSizeCommitLog): "
+                           % (tmp_path / "commitlog" / names[1], CL_SIZE))
+    assert "backup" in text and "\n" not in text
+
+
+async def test_changed_commit_log_file_size_names_the_size_the_files_have(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 400)
+    await store.shutdown()
+    refused = MessageStore(small_config(tmp_path, mapped_file_size_commit_log=CL_SIZE // 2))
+    with pytest.raises(StoreFileError, match="set mappedFileSizeCommitLog=%d " % CL_SIZE):
+        refused.load()
+    refused.close()
+    store = open_store(tmp_path)  # nothing was changed by the refused start
+    assert [r.queue_offset for r in all_records(store)] == list(range(400))
+    store.close()
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b"garbage", b"\xff" * 4096])
+async def test_garbage_checkpoint_is_ignored_and_the_log_verified(tmp_path, content):
+    store = open_store(tmp_path)
+    await store.start()
+    await fill(store, 300)
+    await store.shutdown()
+    (tmp_path / "checkpoint").write_bytes(content)
+    store = open_store(tmp_path)
+    assert [r.queue_offset for r in all_records(store)] == list(range(300))
+    store.close()
+
+
+async def test_unreadable_checkpoint_is_a_clear_error(tmp_path):
+    store = open_store(tmp_path)
+    await store.shutdown()
+    os.unlink(tmp_path / "checkpoint")
+    os.mkdir(tmp_path / "checkpoint")
+    with pytest.raises(StoreFileError, match="cannot read the checkpoint file"):
+        open_store(tmp_path)
