@@ -140,7 +140,7 @@ class BrokerConfig:
     server_max_buffered_frame_bytes: int = 256 * 1024 * 1024  # project key: unfinished frames, all connections
     server_frame_stall_timeout_seconds: int = 10  # project key: budget holder silent this long while others wait
     write_buffer_high_water_mark: int = 1024 * 1024  # unread responses above it: stop reading that connection
-    write_buffer_low_water_mark: int = 256 * 1024  # ... until they drain below this
+    write_buffer_low_water_mark: int = 0  # ... until they drain below this (0: a quarter of the high mark)
     # store
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
@@ -317,16 +317,16 @@ class BrokerConfig:
             "server_max_buffered_frame_bytes",
             "server_frame_stall_timeout_seconds",
             "write_buffer_high_water_mark",
-            "write_buffer_low_water_mark",
             "clean_resource_interval",
             "flush_consumer_offset_interval",
             "short_polling_time_mills",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
-        if self.write_buffer_low_water_mark > self.write_buffer_high_water_mark:
-            raise ConfigError(f"must not exceed writeBufferHighWaterMark ({self.write_buffer_high_water_mark}), got "
-                              f"{self.write_buffer_low_water_mark}", "writeBufferLowWaterMark")
+        if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
+            raise ConfigError(f"expected 0 (a quarter of writeBufferHighWaterMark) up to writeBufferHighWaterMark "
+                              f"({self.write_buffer_high_water_mark}), got {self.write_buffer_low_water_mark}",
+                              "writeBufferLowWaterMark")
         if self.file_reserved_time < 0:
             raise ConfigError(f"must be >= 0, got {self.file_reserved_time}", "fileReservedTime")
         if not 10 <= self.disk_max_used_space_ratio <= 95:

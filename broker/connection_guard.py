@@ -44,15 +44,20 @@ class ConnectionLimits:
     server_max_buffered_frame_bytes: int = 256 * 1024 * 1024
     server_frame_stall_timeout_seconds: int = 10
     write_buffer_high_water_mark: int = 1024 * 1024
-    write_buffer_low_water_mark: int = 256 * 1024
+    write_buffer_low_water_mark: int = 0  # 0: a quarter of the high mark
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if getattr(self, f.name) <= 0:
+            if getattr(self, f.name) <= 0 and f.name != "write_buffer_low_water_mark":
                 raise ValueError(f"{_key(f.name)} must be greater than 0, got {getattr(self, f.name)}")
-        if self.write_buffer_low_water_mark > self.write_buffer_high_water_mark:
-            raise ValueError(f"writeBufferLowWaterMark ({self.write_buffer_low_water_mark}) must not exceed "
-                             f"writeBufferHighWaterMark ({self.write_buffer_high_water_mark})")
+        if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
+            raise ValueError(f"writeBufferLowWaterMark ({self.write_buffer_low_water_mark}) must be between 0 "
+                             f"and writeBufferHighWaterMark ({self.write_buffer_high_water_mark})")
+
+    @property
+    def write_low_water(self) -> int:
+        """The low mark in effect (writeBufferLowWaterMark, or a quarter of the high mark when 0)."""
+        return self.write_buffer_low_water_mark or self.write_buffer_high_water_mark // 4
 
     @classmethod
     def from_config(cls, config: Any) -> "ConnectionLimits":

@@ -413,7 +413,7 @@ class RemotingServer:
         self.guard = guard or ConnectionGuard()
         limits = self.guard.limits
         self.write_high_water = limits.write_buffer_high_water_mark
-        self.write_low_water = limits.write_buffer_low_water_mark
+        self.write_low_water = limits.write_low_water
         self.idle_timeout_s = float(limits.server_channel_max_idle_time_seconds)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
