@@ -203,3 +203,30 @@ async def test_frame_length_prefix_alone_reserves_nothing_until_it_is_big():
         assert guard.budget.used == 0 and guard.connections == 0
     finally:
         await server.close()
+
+
+def test_fd_limit_warning_names_the_key(caplog):
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no open-file limit on this machine")
+    guard = ConnectionGuard(ConnectionLimits(server_max_connections=soft + 1))
+    with caplog.at_level(logging.WARNING, logger="broker.connections"):
+        guard.check_fd_limit()
+        guard.check_fd_limit()
+    assert len(caplog.records) == 1 and "ulimit -n" in caplog.records[0].getMessage()
+    caplog.clear()
+    ConnectionGuard(ConnectionLimits(server_max_connections=max(1, soft // 2 - 256))).check_fd_limit()
+    assert not caplog.records
+
+
+def test_standalone_name_server_refuses_a_bad_config(tmp_path, capsys):
+    from broker.namesrv.__main__ import main
+
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("serverChannelMaxIdleTimeSeconds=0\n")
+    assert main(["-c", str(conf)]) == 2
+    assert "serverChannelMaxIdleTimeSeconds must be greater than 0" in capsys.readouterr().err
+    assert main(["-c", str(tmp_path / "missing.conf")]) == 2
+    assert "cannot read" in capsys.readouterr().err
