@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from broker.config import BrokerConfig
+from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
@@ -59,13 +60,17 @@ class Broker:
         # Observes send/pull/heartbeat from the dispatch layer (per request, never per message).
         self.metrics = BrokerMetrics(self)
         self.metrics.install(self.dispatch_table, self.processors)
+        # One set of connection limits for every port of this process (broker, VIP, embedded name server).
+        self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
-                                     max_frame_size=config.frame_max_length, name="broker")
+                                     max_frame_size=config.frame_max_length, name="broker",
+                                     guard=self.connection_guard)
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
         self.vip_server: RemotingServer | None = None
         if config.enable_vip_channel and config.listen_port > 2:
             self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
-                                             max_frame_size=config.frame_max_length, name="broker-vip")
+                                             max_frame_size=config.frame_max_length, name="broker-vip",
+                                             guard=self.connection_guard)
         self.namesrv = None
         self.registrar = None
         self._tasks: list[asyncio.Task] = []
@@ -112,7 +117,8 @@ class Broker:
         if cfg.enable_embedded_namesrv:
             from broker.namesrv.__main__ import NameServer
 
-            self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length)
+            self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length,
+                                      guard=self.connection_guard)
             await self.namesrv.start()
             local_routes = self.namesrv.route_info
         await self.server.start()
@@ -211,20 +217,18 @@ class Broker:
                 log.warning("notifying %s of group %s change failed", getattr(channel, "remote_addr", channel), group)
 
     async def _client_housekeeping(self) -> None:
-        """Periodically drop clients without a heartbeat (channelExpiredTimeout) and close connections
-        silent for serverChannelMaxIdleTimeSeconds. Runs every 10 s, or more often for short timeouts."""
-        cfg = self.config
-        heartbeat_timeout_ms = cfg.channel_expired_timeout
-        idle_timeout_s = float(cfg.server_channel_max_idle_time_seconds)
-        interval = min(CLIENT_HOUSEKEEPING_INTERVAL_S, idle_timeout_s / 4, heartbeat_timeout_ms / 4000)
+        """Periodically drop clients without a heartbeat (channelExpiredTimeout). Runs every 10 s, or more
+        often for short timeouts. (Idle connections are closed by each RemotingServer's own sweep.)"""
+        heartbeat_timeout_ms = self.config.channel_expired_timeout
+        interval = min(CLIENT_HOUSEKEEPING_INTERVAL_S, heartbeat_timeout_ms / 4000)
         while True:
             await asyncio.sleep(max(0.05, interval))
             try:
-                self.expire_clients(heartbeat_timeout_ms, idle_timeout_s)
+                self.expire_clients(heartbeat_timeout_ms)
             except Exception:
                 log.exception("client housekeeping failed")
 
-    def expire_clients(self, heartbeat_timeout_ms: int, idle_timeout_s: float) -> None:
+    def expire_clients(self, heartbeat_timeout_ms: int) -> None:
         """One housekeeping pass (closing a channel triggers its close listeners: registrations go,
         remaining group members get NOTIFY_CONSUMER_IDS_CHANGED)."""
         expired = self.consumer_manager.scan_not_active(heartbeat_timeout_ms)
@@ -233,12 +237,6 @@ class Broker:
             channel = client.channel
             if channel is not None and not getattr(channel, "closed", True):
                 channel.close()
-        idle_limit = time.monotonic() - idle_timeout_s
-        for server in self.servers:
-            for channel in list(server.channels):
-                if channel.last_activity < idle_limit:
-                    log.info("closing idle connection %s", channel.remote_addr)
-                    channel.close()
 
     async def _persist_offsets_periodically(self) -> None:
         interval = self.config.flush_consumer_offset_interval / 1000.0

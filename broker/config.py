@@ -135,6 +135,12 @@ class BrokerConfig:
     channel_expired_timeout: int = 120_000  # ms without heartbeat before a client registration is dropped
     server_channel_max_idle_time_seconds: int = 120  # connections silent this long are closed
     enable_vip_channel: bool = True  # also listen on listenPort - 2 (old Java clients send there)
+    # connection limits, per process (broker, VIP and embedded name server ports together); see connection_guard
+    server_max_connections: int = 10_000  # project key: connections over it are closed at once
+    server_max_buffered_frame_bytes: int = 256 * 1024 * 1024  # project key: unfinished frames, all connections
+    server_frame_stall_timeout_seconds: int = 10  # project key: budget holder silent this long while others wait
+    write_buffer_high_water_mark: int = 1024 * 1024  # unread responses above it: stop reading that connection
+    write_buffer_low_water_mark: int = 0  # ... until they drain below this (0: a quarter of the high mark)
     # store
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
@@ -307,12 +313,20 @@ class BrokerConfig:
             "register_name_server_period",
             "channel_expired_timeout",
             "server_channel_max_idle_time_seconds",
+            "server_max_connections",
+            "server_max_buffered_frame_bytes",
+            "server_frame_stall_timeout_seconds",
+            "write_buffer_high_water_mark",
             "clean_resource_interval",
             "flush_consumer_offset_interval",
             "short_polling_time_mills",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
+        if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
+            raise ConfigError(f"expected 0 (a quarter of writeBufferHighWaterMark) up to writeBufferHighWaterMark "
+                              f"({self.write_buffer_high_water_mark}), got {self.write_buffer_low_water_mark}",
+                              "writeBufferLowWaterMark")
         if self.file_reserved_time < 0:
             raise ConfigError(f"must be >= 0, got {self.file_reserved_time}", "fileReservedTime")
         if not 10 <= self.disk_max_used_space_ratio <= 95:

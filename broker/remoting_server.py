@@ -7,6 +7,10 @@ may also be a pre-encoded frame (``bytes``, e.g. from ``ResponseTemplate``) that
 Coroutines are started eagerly: when they finish without suspending (the common case for
 an ASYNC_FLUSH send or a pull) no task is created and the response joins the batch of
 responses written for the current read.
+
+What a connection may cost is bounded by the process's ``ConnectionGuard`` (broker/connection_guard.py):
+a connection limit, a shared budget for unfinished frames, write backpressure (a peer that does not
+read its responses is not read from) and an idle sweep run by each server.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Optional, Union
 
+from broker.connection_guard import ACCOUNTED_FRAME_BYTES, ConnectionGuard
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
 from protocol.frame import FrameDecoder
@@ -35,6 +40,9 @@ Handler = Callable[["Channel", RemotingCommand], HandlerResult]
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _SEPARATE_BODY_THRESHOLD = 16 * 1024  # bodies at least this big are written without joining them to the header
+_PAUSED_BY_WRITES = 1  # reasons reading from a connection is paused (bit mask)
+_PAUSED_BY_BUDGET = 2
+_SWEEP_INTERVAL_S = 1.0
 
 
 def _format_peer(addr: Any) -> str:
@@ -90,7 +98,7 @@ class Channel:
 
     __slots__ = (
         "transport", "remote_addr", "local_addr", "last_activity", "closed", "_server",
-        "_close_listeners", "_pending_frames", "_flush_scheduled", "_opaque", "_waiters",
+        "_close_listeners", "_pending_frames", "_pending_large", "_flush_scheduled", "_opaque", "_waiters",
         "_tasks", "attrs", "__weakref__",
     )
 
@@ -103,6 +111,7 @@ class Channel:
         self.closed = False
         self._close_listeners: list[Callable[[Channel], None]] = []
         self._pending_frames: list[bytes] = []
+        self._pending_large = 0  # bytes of large bodies in _pending_frames (flushed early past the high mark)
         self._flush_scheduled = False
         self._opaque = itertools.count(1)
         self._waiters: dict[int, asyncio.Future] = {}
@@ -140,6 +149,7 @@ class Channel:
             frames.clear()
             return
         self._pending_frames = []
+        self._pending_large = 0
         if len(frames) == 1:
             self.transport.write(frames[0])
         else:
@@ -153,6 +163,11 @@ class Channel:
         if len(body) >= _SEPARATE_BODY_THRESHOLD:
             self.write_frame(encode_head(cmd, len(body)))
             self._pending_frames.append(body)
+            self._pending_large += len(body)
+            if self._pending_large >= self._server.write_high_water:
+                # Hand big responses to the transport now: past its high mark it pauses reading (see
+                # _ServerProtocol.pause_writing) instead of a whole chunk of pipelined pulls piling up here.
+                self._flush()
         else:
             self.write_frame(encode_command(cmd))
 
@@ -227,39 +242,71 @@ class Channel:
 
 
 class _ServerProtocol(asyncio.Protocol):
-    __slots__ = ("_server", "_decoder", "channel")
+    """One connection: decode, dispatch, and pause reading while its responses are not read
+    (write backpressure) or its unfinished frame waits for the process's frame budget."""
+
+    __slots__ = ("_server", "_decoder", "channel", "peer", "_reserved", "_paused_by", "_write_blocked", "_backlog")
 
     def __init__(self, server: "RemotingServer") -> None:
         self._server = server
         self._decoder = FrameDecoder(server.max_frame_size)
         self.channel: Channel | None = None
+        self.peer = "?"
+        self._reserved = 0  # frame size asked of the budget (granted or waiting), 0 = none
+        self._paused_by = 0
+        self._write_blocked = False  # the transport's buffer is above its high mark
+        self._backlog: list[RemotingCommand] = []  # decoded requests not dispatched while writes are blocked
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        channel = Channel(transport, self._server)  # type: ignore[arg-type]
+        server = self._server
+        self.peer = _format_peer(transport.get_extra_info("peername"))
+        if not server.guard.admit(self.peer, server.name):
+            transport.abort()
+            return
+        transport.set_write_buffer_limits(server.write_high_water, server.write_low_water)  # type: ignore[attr-defined]
+        channel = Channel(transport, server)  # type: ignore[arg-type]
         self.channel = channel
-        self._server.channels.add(channel)
+        server.channels.add(channel)
 
     def connection_lost(self, exc: Exception | None) -> None:
         channel = self.channel
         if channel is not None:
-            self._server.channels.discard(channel)
+            server = self._server
+            server.guard.release()
+            if self._reserved:
+                self._reserved = 0
+                server.guard.budget.release(self)
+            self._backlog = []
+            server.channels.discard(channel)
             channel._connection_lost()
 
     def data_received(self, data: bytes) -> None:
         channel = self.channel
         if channel is None or channel.closed:
             return
+        decoder = self._decoder
         try:
-            commands = self._decoder.feed(data)
+            commands = decoder.feed(data)
         except ProtocolError as exc:
-            log.warning("%s: closing connection from %s: %s", self._server.name, channel.remote_addr, exc)
+            self._server.guard.log.warning("malformed-frame", "%s: closing connection from %s: %s",
+                                           self._server.name, channel.remote_addr, exc)
             channel.transport.abort()
             return
+        if self._reserved or decoder.pending_frame_size >= ACCOUNTED_FRAME_BYTES:
+            self._account(decoder.pending_frame_size)
         if not commands:
             return
         channel.last_activity = time.monotonic()
+        self._dispatch_all(channel, commands)
+
+    def _dispatch_all(self, channel: Channel, commands: list[RemotingCommand]) -> None:
         dispatch = self._server.dispatch
+        done = 0
         for cmd in commands:
+            if self._write_blocked:  # the peer does not read: keep the rest for later
+                self._backlog = commands[done:]
+                break
+            done += 1
             if cmd.flag & 1:
                 channel._response_arrived(cmd)
             else:
@@ -267,9 +314,85 @@ class _ServerProtocol(asyncio.Protocol):
         if channel._pending_frames and not channel.closed:
             channel._flush()
 
+    # ---- frame budget ----------------------------------------------------------------------
+    def _account(self, pending: int) -> None:
+        """Keep the budget reservation equal to the unfinished frame's announced size."""
+        budget = self._server.guard.budget
+        if pending < ACCOUNTED_FRAME_BYTES:
+            self._reserved = 0
+            budget.release(self)
+        elif pending != self._reserved:
+            self._reserved = pending
+            if not budget.reserve(self, pending):
+                self._pause_reading(_PAUSED_BY_BUDGET)
+
+    @property
+    def frame_bytes_held(self) -> int:
+        return self._decoder.buffered
+
+    def budget_granted(self) -> None:
+        self._resume_reading(_PAUSED_BY_BUDGET)
+
+    def close_for_budget(self) -> None:
+        if self.channel is not None:
+            self.channel.transport.abort()
+
+    # ---- write backpressure ----------------------------------------------------------------
+    def pause_writing(self) -> None:
+        channel = self.channel
+        if channel is not None:
+            self._server.guard.log.info(
+                "write-paused", "%s: not reading from %s while %d bytes of its responses wait to be read "
+                "(writeBufferHighWaterMark=%d)", self._server.name, channel.remote_addr,
+                channel.transport.get_write_buffer_size(), self._server.write_high_water)
+        self._write_blocked = True
+        self._pause_reading(_PAUSED_BY_WRITES)
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        if self._backlog:  # requests read before the pause come first; dispatched outside the transport's callback
+            self._server.loop.call_soon(self._drain_backlog)
+        else:
+            self._resume_reading(_PAUSED_BY_WRITES)
+
+    def _drain_backlog(self) -> None:
+        channel = self.channel
+        if channel is None or channel.closed or self._write_blocked:
+            return  # closed, or blocked again: resume_writing reschedules
+        backlog, self._backlog = self._backlog, []
+        if backlog:
+            self._dispatch_all(channel, backlog)
+        if not self._backlog:
+            self._resume_reading(_PAUSED_BY_WRITES)
+
+    # ---- reading on/off ----------------------------------------------------------------------
+    def _pause_reading(self, reason: int) -> None:
+        was = self._paused_by
+        self._paused_by = was | reason
+        if not was and self.channel is not None:
+            try:
+                self.channel.transport.pause_reading()  # type: ignore[attr-defined]
+            except RuntimeError:  # closing transport
+                pass
+
+    def _resume_reading(self, reason: int) -> None:
+        if not self._paused_by & reason:
+            return
+        self._paused_by &= ~reason
+        if not self._paused_by and self.channel is not None and not self.channel.closed:
+            try:
+                self.channel.transport.resume_reading()  # type: ignore[attr-defined]
+            except RuntimeError:
+                pass
+
 
 class RemotingServer:
-    """TCP server speaking the RocketMQ remoting protocol."""
+    """TCP server speaking the RocketMQ remoting protocol.
+
+    `guard` carries the limits and is shared by the servers of one process (a private one with default
+    limits when omitted). The server runs its own sweep: idle connections and stalled frame-budget holders
+    are closed there.
+    """
 
     def __init__(
         self,
@@ -279,6 +402,7 @@ class RemotingServer:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME,
         name: str = "broker",
+        guard: ConnectionGuard | None = None,
     ) -> None:
         self.handlers = handlers
         self.host = host
@@ -286,8 +410,14 @@ class RemotingServer:
         self.max_frame_size = max_frame_size
         self.name = name
         self.channels: set[Channel] = set()
+        self.guard = guard or ConnectionGuard()
+        limits = self.guard.limits
+        self.write_high_water = limits.write_buffer_high_water_mark
+        self.write_low_water = limits.write_low_water
+        self.idle_timeout_s = float(limits.server_channel_max_idle_time_seconds)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -296,13 +426,44 @@ class RemotingServer:
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self.guard.check_fd_limit()
+        self._sweeper = self.loop.create_task(self._sweep_forever(), name=f"{self.name}-connection-sweep")
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
 
+    # ---- housekeeping ------------------------------------------------------------------------
+    async def _sweep_forever(self) -> None:
+        interval = max(0.05, min(_SWEEP_INTERVAL_S, self.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep(time.monotonic())
+            except Exception:
+                self.guard.log.warning("sweep-failed", "%s: connection sweep failed", self.name, exc_info=True)
+
+    def sweep(self, now: float) -> None:
+        """Close connections without a complete request for serverChannelMaxIdleTimeSeconds, and frame-budget
+        holders that stalled while others wait."""
+        idle_limit = now - self.idle_timeout_s
+        for channel in list(self.channels):
+            if channel.last_activity < idle_limit and not channel.closed:
+                self.guard.log.info("idle", "%s: closing %s: nothing received for %.0f s "
+                                    "(serverChannelMaxIdleTimeSeconds)", self.name, channel.remote_addr,
+                                    now - channel.last_activity)
+                if channel.transport.get_write_buffer_size():
+                    channel.transport.abort()  # its peer does not read: a graceful close would wait forever
+                else:
+                    channel.close()
+        self.guard.budget.close_stalled(now)
+
     async def close(self) -> None:
         """Stop accepting, close every connection and wait for the listener to go away."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -369,5 +530,6 @@ class RemotingServer:
     def _error_response(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
         if isinstance(exc, HeaderError):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
-        log.warning("%s: request code %s failed: %s", self.name, cmd.code, exc, exc_info=exc)
+        self.guard.log.warning(("request-failed", cmd.code, type(exc)), "%s: request code %s failed: %s",
+                               self.name, cmd.code, exc, exc_info=exc)
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))

@@ -36,6 +36,13 @@ class FrameDecoder:
         """Bytes currently held for an incomplete frame."""
         return len(self._buf)
 
+    @property
+    def pending_frame_size(self) -> int:
+        """Total size (length field included) of the frame being buffered, as its header announced; 0 when
+        nothing is buffered, 4 while the length field itself is incomplete. Lets a server budget the memory a
+        peer's unfinished frame will take before the bytes arrive."""
+        return self._need if self._buf else 0
+
     def _check_length(self, length: int) -> None:
         if length < 4:
             self._fail(f"frame length {length} is smaller than the type word")

@@ -1,4 +1,11 @@
-"""Standalone name server: ``mqnamesrv [-p 9876] [-H 0.0.0.0] [-l INFO]`` or ``python -m broker.namesrv``."""
+"""Standalone name server: ``mqnamesrv [-c namesrv.conf] [-p 9876] [-H 0.0.0.0] [-l INFO]`` or
+``python -m broker.namesrv``.
+
+The optional config file is Java properties like broker.conf; it takes ``listenPort`` and the connection
+limits the broker has (serverChannelMaxIdleTimeSeconds, serverMaxConnections, serverMaxBufferedFrameBytes,
+serverFrameStallTimeoutSeconds, writeBufferHighWaterMark, writeBufferLowWaterMark) plus frameMaxLength.
+Command-line options win over the file.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import logging
 import signal
 import sys
 
+from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info import RouteInfoManager
 
@@ -32,12 +40,13 @@ class NameServer:
     """A name server on a remoting port (standalone process or embedded in a broker)."""
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, max_frame_size: int = 16 * 1024 * 1024,
-                 route_info: RouteInfoManager | None = None) -> None:
+                 route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None) -> None:
         self.route_info = route_info or RouteInfoManager()
         self.processor = NamesrvProcessor(self.route_info)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
+        self.guard = guard  # shared with the broker when embedded; None: default limits
         self._server = None
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -45,7 +54,8 @@ class NameServer:
         from broker.remoting_server import RemotingServer
 
         self._server = RemotingServer(
-            self.processor.handlers(), self.host, self.port, max_frame_size=self.max_frame_size, name="namesrv"
+            self.processor.handlers(), self.host, self.port, max_frame_size=self.max_frame_size, name="namesrv",
+            guard=self.guard,
         )
         await self._server.start()
         self.port = self._server.port
@@ -61,19 +71,55 @@ class NameServer:
             await server.close()
 
 
+_SERVER_KEYS = ("listenPort", "frameMaxLength")
+
+
+def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
+    """Read a name server config file: (listenPort/frameMaxLength found, connection limits).
+    Other keys (NamesrvConfig's, e.g. kvConfigPath) are reported and ignored. Raises ValueError."""
+    from broker.config import ConfigError, parse_properties
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entries = parse_properties(handle.read(), path)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    limit_keys = ConnectionLimits.keys()
+    server: dict[str, int] = {}
+    limits: dict[str, str] = {}
+    for line, key, value in entries:
+        if key in limit_keys:
+            limits[key] = value
+        elif key in _SERVER_KEYS:
+            try:
+                server[key] = int(value.strip())
+            except ValueError:
+                raise ValueError(f"{path} line {line}: {key}: expected an integer, got {value!r}") from None
+        else:
+            log.warning("%s line %d: key %r is not used by this name server; ignored", path, line, key)
+    try:
+        return server, ConnectionLimits.from_properties(limits)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ-compatible name server")
-    parser.add_argument("-p", "--port", type=int, default=9876, help="listen port (default 9876)")
+    parser.add_argument("-c", "--config", help="config file (Java properties): listenPort, connection limits")
+    parser.add_argument("-p", "--port", type=int, default=None, help="listen port (default 9876)")
     parser.add_argument("-H", "--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
     parser.add_argument("-l", "--log-level", default="INFO", help="logging level (default INFO)")
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
+    if args.port is not None and not 0 <= args.port <= 65535:
         parser.error(f"port {args.port} out of range")
     return args
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    server = NameServer(args.host, args.port)
+async def _serve(args: argparse.Namespace, settings: dict[str, int], limits: ConnectionLimits) -> None:
+    server = NameServer(args.host, args.port, settings.get("frameMaxLength", 16 * 1024 * 1024),
+                        guard=ConnectionGuard(limits))
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -94,6 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    settings: dict[str, int] = {}
+    limits = ConnectionLimits()
+    if args.config:
+        try:
+            settings, limits = load_namesrv_config(args.config)
+        except ValueError as exc:
+            print(f"mqnamesrv: {exc}", file=sys.stderr)
+            return 2
+    if args.port is None:
+        args.port = settings.get("listenPort", 9876)
+    if not 0 <= args.port <= 65535 or settings.get("frameMaxLength", 1) <= 0:
+        print(f"mqnamesrv: listenPort {args.port} or frameMaxLength out of range", file=sys.stderr)
+        return 2
     try:
         import uvloop  # type: ignore[import-not-found]
 
@@ -102,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_serve(args))
+            runner.run(_serve(args, settings, limits))
     except OSError as exc:
         print(f"mqnamesrv: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

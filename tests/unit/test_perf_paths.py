@@ -113,6 +113,9 @@ class _Transport:
     def get_extra_info(self, name: str):
         return ("127.0.0.1", 40000)
 
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
