@@ -25,6 +25,7 @@ from .index import IndexService
 from .lock import StoreDirectoryLock
 from .mapped_file import remove_file
 from .retention import RetentionService, disk_used_ratio
+from .tombstones import FILE_NAME as TOMBSTONES_FILE, TopicTombstones
 from .types import GetResult, GetStatus, QueryResult, StoreConfig
 
 __all__ = ["ArrivalListener", "MessageStore", "StoreConfig"]
@@ -49,6 +50,7 @@ class MessageStore(MessageAppender):
             if config.message_index_enable else None)
         self.checkpoint = StoreCheckpoint(os.path.join(config.root_dir, "checkpoint"))
         self.abort_path = os.path.join(config.root_dir, "abort")
+        self.tombstones = TopicTombstones(os.path.join(config.root_dir, TOMBSTONES_FILE))
         self.delay_levels_ms = config.delay_levels_ms()
         self.flush_service: FlushService | None = None
         self.retention = RetentionService(self)
@@ -72,10 +74,12 @@ class MessageStore(MessageAppender):
         abnormal = os.path.exists(self.abort_path)
         self.checkpoint.load()
         self.commit_log.load()
+        self.tombstones.load()
         self._load_consume_queues()
         if self.index is not None:
             self.index.load()
         recovery.recover(self, abnormal)
+        self.tombstones.prune(self.commit_log.min_offset)
         self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
         self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
         with open(self.abort_path, "w") as f:
@@ -108,6 +112,12 @@ class MessageStore(MessageAppender):
                     continue
                 cq = ConsumeQueue(self.cq_root, topic, int(qname), self.config.mapped_file_size_consume_queue)
                 cq.load()
+                last = cq.last_unit()
+                if last is not None and self.tombstones.is_dead(topic, last[0]):
+                    # The process died between persisting the tombstone and removing the files.
+                    log.warning("removing consume queue %s/%s of a deleted topic", topic, qname)
+                    cq.destroy()
+                    continue
                 self.consume_queues.setdefault(topic, {})[int(qname)] = cq
 
     async def start(self) -> None:
@@ -178,7 +188,13 @@ class MessageStore(MessageAppender):
         return {topic: sorted(queues) for topic, queues in self.consume_queues.items()}
 
     def delete_topic(self, topic: str) -> None:
-        """Delete the topic's ConsumeQueues (commit-log data expires normally)."""
+        """Delete the topic's ConsumeQueues (commit-log data expires normally).
+
+        A tombstone (commit-log end offset now) is persisted first, so recovery never re-builds queues from the
+        deleted incarnation's records; a re-created topic starts again at queue offset 0. Raises OSError when
+        the tombstone cannot be written (nothing is deleted then)."""
+        if self.commit_log.max_offset > self.commit_log.min_offset:
+            self.tombstones.add(topic, self.commit_log.max_offset)
         queues = self.consume_queues.pop(topic, None)
         if queues:
             for cq in queues.values():
@@ -187,6 +203,10 @@ class MessageStore(MessageAppender):
             os.rmdir(os.path.join(self.cq_root, topic))
         except OSError:
             pass
+
+    def is_deleted_record(self, topic: str, phys_offset: int) -> bool:
+        """True when the commit-log record of ``topic`` at ``phys_offset`` predates a deletion of the topic."""
+        return self.tombstones.is_dead(topic, phys_offset)
 
     # ------------------------------------------------------------------ disk
     def _disk_refusal(self, now_ms: int) -> str | None:
@@ -379,7 +399,7 @@ class MessageStore(MessageAppender):
         for phys in index.query(topic, key, max_num + 16, begin_ts, end_ts):  # room for hash collisions
             if len(records) >= max_num:
                 break
-            if phys in seen or phys < cl_min:
+            if phys in seen or phys < cl_min or self.tombstones.is_dead(topic, phys):
                 continue
             seen.add(phys)
             raw = self.look_message_by_offset(phys)

@@ -102,6 +102,8 @@ class RetentionService:
             log.info("retention: deleting %d commit log file(s) (disk used %.1f%%): %s", len(removed), used_ratio,
                      ", ".join(os.path.basename(p) for p in deleted))
         new_min = store.commit_log.min_offset
+        if doomed:
+            store.tombstones.prune(new_min)
         for cq in list(store.iter_consume_queues()):
             files = cq.mfq.files
             before = [mf.path for mf in files]
