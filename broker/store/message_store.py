@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
+import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import decode_record
+from protocol.message import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, decode_record
 
 from . import recovery
 from .append import ArrivalListener, MessageAppender
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
-from .consume_queue import CQ_UNIT, UNIT_SIZE, ConsumeQueue
+from .consume_queue import CQ_UNIT, FILLER_SIZE, UNIT_SIZE, ConsumeQueue
 from .flush import FlushService
 from .index import IndexService
 from .lock import StoreDirectoryLock
@@ -33,6 +35,8 @@ __all__ = ["ArrivalListener", "MessageStore", "StoreConfig"]
 log = logging.getLogger(__name__)
 
 _PULL_HARD_CAP = 128 * 1024 * 1024
+_SKIP_LOG_INTERVAL_S = 10.0
+_SIZE_MAGIC = struct.Struct(">ii")
 
 
 class MessageStore(MessageAppender):
@@ -65,7 +69,9 @@ class MessageStore(MessageAppender):
         self._disk_refuse_remark: str | None = None
         self.disk_used_ratio = 0.0
         self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "get_found": 0,
-                      "get_messages": 0, "get_misses": 0}
+                      "get_messages": 0, "get_misses": 0, "get_skipped_units": 0}
+        self._skip_log_at = 0.0
+        self._skip_log_pending = 0
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
@@ -266,32 +272,49 @@ class MessageStore(MessageAppender):
         count = 0
         total = 0
         examined = 0
-        removing = False
+        missing = 0  # units whose record is gone, skipped while nothing was read; a gap after a message ends the batch
         run_file = None
         run_start = run_end = 0
         f_start = f_end = -1
         mf = None
         for phys, size, tags in CQ_UNIT.iter_unpack(units):
+            if size == FILLER_SIZE:  # recovery's gap filler: no message there
+                if count >= max_nums:
+                    break
+                examined += 1
+                continue
             if count and (count >= max_nums or total + size > max_bytes):
                 break
-            examined += 1
-            if phys < cl_min:
-                removing = True
+            if phys < cl_min or size < MIN_RECORD_SIZE:
+                gone = True
+            elif tag_filter is not None and not tag_filter(tags):
+                examined += 1
                 continue
-            if tag_filter is not None and not tag_filter(tags):
-                continue
-            if not (f_start <= phys < f_end):
-                mf = mfq.find(phys)
-                if mf is None:
-                    removing = True
-                    continue
-                f_start = mf.file_from_offset
-                f_end = f_start + mf.wrote_position
-            pos = phys - f_start
-            if phys + size > f_end:
-                removing = True
+            else:
+                gone = False
+                if not (f_start <= phys < f_end):
+                    mf = mfq.find(phys)
+                    if mf is None:
+                        gone = True
+                    else:
+                        f_start = mf.file_from_offset
+                        f_end = f_start + mf.wrote_position
+                if not gone:
+                    pos = phys - f_start
+                    # The unit must point at a record of its size: never hand out (or skip past) garbage.
+                    if phys + size > f_end:
+                        gone = True
+                    else:
+                        rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+                        gone = rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2)
+            if gone:
+                if count:
+                    break  # end the batch at the gap: the next pull starts there
+                examined += 1
+                missing += 1
                 continue
             if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
+                examined += 1
                 continue
             if mf is run_file and pos == run_end:
                 run_end = pos + size
@@ -301,19 +324,35 @@ class MessageStore(MessageAppender):
                 run_file = mf
                 run_start = pos
                 run_end = pos + size
+            examined += 1
             count += 1
             total += size
         if run_file is not None:
             buffers.append(run_file.view[run_start:run_end])
+        if missing:
+            self._log_skipped_units(topic, queue_id, offset, missing, cl_min)
         next_begin = offset + examined
         if count:
             status = GetStatus.FOUND
             self.stats["get_found"] += 1
             self.stats["get_messages"] += count
         else:
-            status = GetStatus.MESSAGE_WAS_REMOVING if removing else GetStatus.NO_MATCHED_MESSAGE
+            status = GetStatus.MESSAGE_WAS_REMOVING if missing else GetStatus.NO_MATCHED_MESSAGE
             self.stats["get_misses"] += 1
         return GetResult(status, next_begin, min_off, max_off, buffers, count, total)
+
+    def _log_skipped_units(self, topic: str, queue_id: int, offset: int, count: int, cl_min: int) -> None:
+        """Rate-limited report of consume-queue units skipped because their commit-log record is gone."""
+        self.stats["get_skipped_units"] += count
+        now = time.monotonic()
+        if now < self._skip_log_at:
+            self._skip_log_pending += count
+            return
+        self._skip_log_at = now + _SKIP_LOG_INTERVAL_S
+        more, self._skip_log_pending = self._skip_log_pending, 0
+        log.warning("pull %s/%d: skipped %d consume queue unit(s) from offset %d whose commit log record is gone "
+                    "(deleted below commit log min offset %d, or invalid)%s", topic, queue_id, count, offset, cl_min,
+                    "; %d more skipped since the last report" % more if more else "")
 
     # ------------------------------------------------------------------ offsets & time
     def get_max_offset(self, topic: str, queue_id: int) -> int:

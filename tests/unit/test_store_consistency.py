@@ -1,0 +1,184 @@
+"""The store serves exactly what was acknowledged: pulls never skip past a message they did not return, and a
+deleted topic's records never come back through recovery (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from protocol.message import iter_records
+
+from broker.store import GetStatus, PutStatus
+from broker.store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT_SIZE
+
+from test_store_helpers import make_msg, open_store
+
+
+async def fill(store, n, topic="TopicTest", start=0, body=b"p" * 400, queue_id=0):
+    for i in range(start, start + n):
+        r = await store.put_message(make_msg(i, topic=topic, body=body, keys="key-%d" % i, queue_id=queue_id))
+        assert r.status is PutStatus.PUT_OK
+
+
+def pull_all(store, topic="TopicTest", queue_id=0, batch=32):
+    """(results, records): every pull from offset 0 until the queue end, bounded."""
+    results, recs, offset = [], [], 0
+    for _ in range(1000):
+        g = store.get_messages(topic, queue_id, offset, batch)
+        if g.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            return results, recs
+        results.append((offset, g))
+        recs.extend(iter_records(g.body()))
+        offset = g.next_begin_offset
+    raise AssertionError("too many pulls")
+
+
+def readable(store, topic="TopicTest", queue_id=0) -> set[int]:
+    """Queue offsets whose unit points at an intact record of its size."""
+    cq = store.get_consume_queue(topic, queue_id)
+    out = set()
+    for off in range(cq.min_offset, cq.max_offset):
+        phys, size, _tags = cq.get_unit(off)
+        raw = store.look_message_by_offset(phys)
+        if raw is not None and len(raw) == size:
+            out.add(off)
+    return out
+
+
+def assert_never_skips(results, present: set[int]) -> None:
+    """Every offset a pull moved past is either returned by that pull or has no record."""
+    for offset, g in results:
+        got = {r.queue_offset for r in iter_records(g.body())}
+        passed = set(range(offset, g.next_begin_offset))
+        skipped = (passed - got) & present
+        assert not skipped, f"pull at {offset} -> {g} skipped readable offsets {sorted(skipped)[:5]}"
+
+
+def write_unit(store, offset, phys, size, tags=0, topic="TopicTest", queue_id=0):
+    cq = store.get_consume_queue(topic, queue_id)
+    mf = cq.file_for(offset)
+    CQ_UNIT.pack_into(mf.mm, offset * UNIT_SIZE - mf.file_from_offset, phys, size, tags)
+
+
+# ---------------------------------------------------------------- pulls never skip
+async def test_pull_ends_the_batch_at_units_pointing_into_a_deleted_commit_log_file(tmp_path, caplog):
+    store = open_store(tmp_path)
+    await fill(store, 400)
+    cl = store.commit_log.mfq
+    assert len(cl.files) >= 4
+    doomed = cl.files[1]  # a file in the middle vanishes (manual deletion, lost disk)
+    cl.files.remove(doomed)
+    doomed.destroy()
+    present = readable(store)
+    assert 0 < len(present) < 400
+    first_gap = min(set(range(400)) - present)
+    assert first_gap > 10
+    with caplog.at_level(logging.WARNING, logger="broker.store.message_store"):
+        g = store.get_messages("TopicTest", 0, first_gap - 10, 32)
+        assert g.status is GetStatus.FOUND and g.message_count == 10
+        assert g.next_begin_offset == first_gap  # not + 32: the batch ends at the gap
+        results, recs = pull_all(store)
+    assert_never_skips(results, present)
+    assert sorted(r.queue_offset for r in recs) == sorted(present)
+    assert sum("skipped" in rec.getMessage() for rec in caplog.records) == 1  # rate-limited
+    assert store.runtime_stats()["get_skipped_units"] == 400 - len(present)
+    store.close()
+
+
+async def test_pull_never_returns_or_skips_past_garbage_units(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 60)
+    cq = store.get_consume_queue("TopicTest", 0)
+    phys10, size10, tags10 = cq.get_unit(10)
+    write_unit(store, 10, phys10 + 7, size10, tags10)  # inside a record
+    write_unit(store, 11, cq.get_unit(11)[0], size10 + 40, tags10)  # wrong size
+    write_unit(store, 20, store.commit_log_max_offset + 1000, size10, tags10)  # beyond the end
+    write_unit(store, 30, 0, FILLER_SIZE, 0)  # recovery's filler: silently stepped over
+    present = readable(store)
+    assert present == set(range(60)) - {10, 11, 20, 30}
+
+    g = store.get_messages("TopicTest", 0, 0, 32)
+    assert (g.status, g.message_count, g.next_begin_offset) == (GetStatus.FOUND, 10, 10)
+    g = store.get_messages("TopicTest", 0, 10, 32)  # the gap comes first: skipped, then reading goes on
+    recs = list(iter_records(g.body()))
+    assert g.status is GetStatus.FOUND and recs[0].queue_offset == 12 and g.next_begin_offset == 20
+    g = store.get_messages("TopicTest", 0, 20, 1)  # one unit scanned, and it is gone
+    assert (g.status, g.message_count, g.next_begin_offset) == (GetStatus.MESSAGE_WAS_REMOVING, 0, 21)
+    g = store.get_messages("TopicTest", 0, 20, 32, tag_filter=lambda code: False)  # nothing matches
+    assert g.status is GetStatus.NO_MATCHED_MESSAGE or g.status is GetStatus.MESSAGE_WAS_REMOVING
+    g = store.get_messages("TopicTest", 0, 20, 1000)
+    assert [r.queue_offset for r in iter_records(g.body())] == [o for o in range(21, 60) if o != 30]
+    results, recs = pull_all(store, batch=7)
+    assert_never_skips(results, present)
+    assert [r.queue_offset for r in recs] == sorted(present)
+    store.close()
+
+
+async def test_only_gone_units_is_message_was_removing_and_too_small_still_applies(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 300)
+    for mf in store.commit_log.mfq.remove_first(2):
+        mf.destroy()
+    cq = store.get_consume_queue("TopicTest", 0)
+    g = store.get_messages("TopicTest", 0, 0, 4)
+    assert (g.status, g.next_begin_offset, g.message_count) == (GetStatus.MESSAGE_WAS_REMOVING, 4, 0)
+    cq.correct_min_offset(store.commit_log_min_offset)
+    assert cq.min_offset > 0
+    g = store.get_messages("TopicTest", 0, 0, 4)
+    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, cq.min_offset)
+    store.close()
+
+
+# ---------------------------------------------------------------- deleted topics stay deleted
+async def test_deleted_topic_is_not_rebuilt_by_crash_recovery(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 20, topic="Gone")
+    await fill(store, 5, topic="Kept")
+    await fill(store, 8, topic="Again")
+    store.delete_topic("Gone")
+    store.delete_topic("Again")
+    await fill(store, 3, topic="Again", start=100)
+    assert store.get_max_offset("Again", 0) == 3
+    tomb = json.loads((tmp_path / "deletedTopics.json").read_text())["deletedTopics"]
+    assert set(tomb) == {"Gone", "Again"}
+    store.close()  # crash: abnormal recovery re-dispatches the whole commit log
+    assert os.path.exists(tmp_path / "abort")
+
+    store = open_store(tmp_path)
+    assert "Gone" not in store.topics_and_queues()
+    assert not os.path.exists(tmp_path / "consumequeue" / "Gone")
+    _, recs = pull_all(store, "Again")
+    assert [(r.queue_offset, r.body) for r in recs] == [(i, b"p" * 400) for i in range(3)]
+    assert [r.properties["KEYS"] for r in recs] == ["key-100", "key-101", "key-102"]
+    assert store.get_max_offset("Kept", 0) == 5
+    assert store.query_message("Gone", "key-3", 32, 0, 2**62).records == []
+    assert len(store.query_message("Again", "key-101", 32, 0, 2**62).records) == 1
+    assert store.query_message("Again", "key-3", 32, 0, 2**62).records == []
+    store.close()
+
+
+async def test_crash_between_tombstone_and_queue_removal_removes_the_queues_on_load(tmp_path):
+    store = open_store(tmp_path)
+    await fill(store, 10, topic="Half")
+    store.tombstones.add("Half", store.commit_log_max_offset)  # the files are still there
+    store.close()
+    store = open_store(tmp_path)
+    assert store.get_consume_queue("Half", 0) is None
+    assert not os.path.exists(tmp_path / "consumequeue" / "Half")
+    store.close()
+
+
+async def test_tombstones_go_once_retention_removed_every_dead_record(tmp_path):
+    store = open_store(tmp_path, delete_when="99", file_reserved_time_hours=1000)
+    await fill(store, 40, topic="Short")
+    store.delete_topic("Short")
+    assert "Short" in store.tombstones.offsets
+    await fill(store, 200, topic="Other")
+    assert store.clean_expired_files(used_ratio=10.0) == []
+    assert "Short" in store.tombstones.offsets
+    store.clean_expired_files(used_ratio=99.0)  # forced: everything but the current file
+    assert store.commit_log_min_offset > 0
+    assert store.tombstones.offsets == {}
+    assert json.loads((tmp_path / "deletedTopics.json").read_text())["deletedTopics"] == {}
+    store.close()
