@@ -182,3 +182,37 @@ async def test_tombstones_go_once_retention_removed_every_dead_record(tmp_path):
     assert store.tombstones.offsets == {}
     assert json.loads((tmp_path / "deletedTopics.json").read_text())["deletedTopics"] == {}
     store.close()
+
+
+# ---------------------------------------------------------------- sparse consume queues
+async def test_consume_queue_files_are_sparse_and_allocated_ahead_of_the_writer(tmp_path, monkeypatch):
+    store = open_store(tmp_path, mapped_file_size_consume_queue=6_000_000)  # the reference's default size
+    for q in range(20):
+        assert (await store.put_message(make_msg(q, topic="Many", queue_id=q))).status is PutStatus.PUT_OK
+    for q in range(20):
+        mf = store.get_consume_queue("Many", q).mfq.files[0]
+        assert os.path.getsize(mf.path) == 6_000_000
+        assert os.stat(mf.path).st_blocks * 512 <= 16 * 1024
+    cq = store.get_consume_queue("Many", 0)
+    cur = cq.mfq.files[0]
+    room = cur.allocated_position // UNIT_SIZE - 1  # units that still fit the allocated blocks
+    await store.put_messages([make_msg(i, topic="Many") for i in range(room)])
+    before = (store.commit_log_max_offset, store.get_max_offset("Many", 0))
+
+    def no_space(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    r = await store.put_message(make_msg(0, topic="Many"))  # needs the next chunk: refused, nothing written
+    assert r.status is PutStatus.DISK_FULL
+    assert (store.commit_log_max_offset, store.get_max_offset("Many", 0)) == before
+    monkeypatch.undo()
+    for i in range(3):
+        assert (await store.put_message(make_msg(i, topic="Many"))).status is PutStatus.PUT_OK
+    assert cur.allocated_position > (room + 1) * UNIT_SIZE
+    store.close()
+    store = open_store(tmp_path, mapped_file_size_consume_queue=6_000_000)
+    _, recs = pull_all(store, "Many", batch=500)
+    assert [r.queue_offset for r in recs] == list(range(room + 4))
+    assert (await store.put_message(make_msg(9, topic="Many"))).queue_offset == room + 4
+    store.close()
