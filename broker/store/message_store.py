@@ -276,45 +276,40 @@ class MessageStore(MessageAppender):
         run_file = None
         run_start = run_end = 0
         f_start = f_end = -1
-        mf = None
+        mf = mm = None
+        head = _SIZE_MAGIC.unpack_from
         for phys, size, tags in CQ_UNIT.iter_unpack(units):
-            if size == FILLER_SIZE:  # recovery's gap filler: no message there
-                if count >= max_nums:
-                    break
-                examined += 1
-                continue
-            if count and (count >= max_nums or total + size > max_bytes):
+            if count and (count >= max_nums or total + size > max_bytes) and (size != FILLER_SIZE or count >= max_nums):
                 break
-            if phys < cl_min or size < MIN_RECORD_SIZE:
-                gone = True
-            elif tag_filter is not None and not tag_filter(tags):
+            if tag_filter is not None and not tag_filter(tags):
                 examined += 1
                 continue
-            else:
-                gone = False
-                if not (f_start <= phys < f_end):
-                    mf = mfq.find(phys)
-                    if mf is None:
-                        gone = True
-                    else:
-                        f_start = mf.file_from_offset
-                        f_end = f_start + mf.wrote_position
-                if not gone:
-                    pos = phys - f_start
-                    # The unit must point at a record of its size: never hand out (or skip past) garbage.
-                    if phys + size > f_end:
-                        gone = True
-                    else:
-                        rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
-                        gone = rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2)
-            if gone:
+            if not (f_start <= phys and phys + size <= f_end and size >= MIN_RECORD_SIZE):
+                if size == FILLER_SIZE:  # recovery's gap filler: no message there
+                    examined += 1
+                    continue
+                found = None if phys < cl_min or size < MIN_RECORD_SIZE else mfq.find(phys)
+                if found is not None and phys + size <= found.file_from_offset + found.wrote_position:
+                    mf = found
+                    mm = mf.mm
+                    f_start = mf.file_from_offset
+                    f_end = f_start + mf.wrote_position
+                else:  # nothing there: end the batch at the gap, or skip it while nothing was read
+                    if count:
+                        break
+                    examined += 1
+                    missing += 1
+                    continue
+            pos = phys - f_start
+            rec_size, magic = head(mm, pos)
+            if rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2):  # not a record of the unit's size
                 if count:
-                    break  # end the batch at the gap: the next pull starts there
+                    break
                 examined += 1
                 missing += 1
                 continue
+            examined += 1
             if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
-                examined += 1
                 continue
             if mf is run_file and pos == run_end:
                 run_end = pos + size
@@ -324,7 +319,6 @@ class MessageStore(MessageAppender):
                 run_file = mf
                 run_start = pos
                 run_end = pos + size
-            examined += 1
             count += 1
             total += size
         if run_file is not None:
