@@ -216,3 +216,33 @@ async def test_consume_queue_files_are_sparse_and_allocated_ahead_of_the_writer(
     assert [r.queue_offset for r in recs] == list(range(room + 4))
     assert (await store.put_message(make_msg(9, topic="Many"))).queue_offset == room + 4
     store.close()
+
+
+# ---------------------------------------------------------------- clean-up report
+async def test_forced_clean_up_reports_unconsumed_messages_per_group(tmp_path, caplog):
+    store = open_store(tmp_path, delete_when="99", file_reserved_time_hours=1000)
+    for i in range(300):
+        assert (await store.put_message(make_msg(i, topic="Orders" if i % 3 else "Audit", body=b"r" * 700,
+                                                 queue_id=i % 2))).status is PutStatus.PUT_OK
+    committed = {"Orders": {"billing": {0: 5, 1: 0}, "archive": {0: 10_000, 1: 10_000}},
+                 "Audit": {"billing": {0: 0}, "audit-reader": {1: 7}}}
+    store.retention.consumer_offsets = lambda: committed
+    with caplog.at_level(logging.WARNING, logger="broker.store.retention"):
+        store.clean_expired_files(used_ratio=99.0)
+    mins = {(t, q): store.get_min_offset(t, q) for t in ("Orders", "Audit") for q in (0, 1)}
+    assert all(m > 10 for m in mins.values())
+    lines = [r.getMessage() for r in caplog.records if "not yet consumed" in r.getMessage()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    billing = (mins["Orders", 0] - 5) + mins["Orders", 1] + mins["Audit", 0]
+    audit = mins["Audit", 1] - 7
+    assert "forced: disk 99.0% used" in line and "00000000000000000000" in line
+    assert f"{billing + audit:,} messages not yet consumed by groups billing (" in line
+    assert f"Orders: {(mins['Orders', 0] - 5) + mins['Orders', 1]:,}" in line
+    assert f"audit-reader (Audit: {audit:,})" in line and "archive" not in line
+    assert store.retention.unconsumed_deleted_total == billing + audit
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="broker.store.retention"):
+        store.clean_expired_files(used_ratio=99.0)  # nothing left to delete: no report
+    assert not [r for r in caplog.records if "not yet consumed" in r.getMessage()]
+    store.close()
