@@ -8,8 +8,6 @@ import json
 import os
 import time
 
-import pytest
-
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
 from integration.wire import WireClient, pull_fields, records, send_v2_fields
@@ -97,19 +95,24 @@ async def test_deleted_topic_is_not_recovered_from_the_store_after_kill_9(broker
     async with await WireClient.connect(broker.addr) as client:
         for i in range(6):
             await _send(client, TOPIC, i % 3, f"old-{i}".encode())
+        commit = {"consumerGroup": "cg", "topic": TOPIC, "queueId": "1", "commitOffset": "2"}
+        assert (await client.request(RC.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+        await asyncio.sleep(1.5)  # the committed offset reaches consumerOffset.json (flushed every second)
         await _delete(client, TOPIC)
         assert TOPIC not in await _topics(client)
-    broker.kill()
+    broker.kill()  # right after the acknowledgement: config, offsets and tombstone must already be on disk
     broker.start()
     async with await WireClient.connect(broker.addr) as client:
         assert TOPIC not in await _topics(client)
+        query = {"consumerGroup": "cg", "topic": TOPIC, "queueId": "1"}
+        resp = await client.request(RC.QUERY_CONSUMER_OFFSET, query)
+        assert resp.code != 0 or int(resp.ext_fields["offset"]) <= 0, "the deleted topic's consumer offset survived"
         resp = await client.request(RC.PULL_MESSAGE, pull_fields(TOPIC, "reader", 0, 0))
         assert resp.code == R.TOPIC_NOT_EXIST, (resp.code, resp.remark)
     assert not os.path.exists(broker.store_dir / "consumequeue" / TOPIC)
     assert "recovered topic" not in broker.log_text()
 
 
-@pytest.mark.slow
 async def test_deleted_twice_and_restarted_twice_stays_consistent(broker):
     """Two incarnations deleted, a third one alive: two kill -9 restarts serve exactly the third."""
     async with await WireClient.connect(broker.addr) as client:
