@@ -15,7 +15,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, decode_record
+from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, decode_record
 
 from . import recovery
 from .append import ArrivalListener, MessageAppender
@@ -37,6 +37,17 @@ log = logging.getLogger(__name__)
 _PULL_HARD_CAP = 128 * 1024 * 1024
 _SKIP_LOG_INTERVAL_S = 10.0
 _SIZE_MAGIC = struct.Struct(">ii")
+
+
+def _ends_on_record(mf, end: int) -> bool:
+    """True when file position ``end`` is where the written data ends or a record (or the end-of-file marker)
+    starts: the records of a run before it had the sizes their units claim."""
+    if end == mf.wrote_position:
+        return True
+    if end + 8 > mf.wrote_position:
+        return False
+    rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, end)
+    return rec_size > 0 and (magic == MAGIC_V1 or magic == MAGIC_V2 or magic == BLANK_MAGIC)
 
 
 class MessageStore(MessageAppender):
@@ -265,16 +276,41 @@ class MessageStore(MessageAppender):
         scan = min(scan, max_off - offset, (cq_file.wrote_position - cq_pos) // UNIT_SIZE)
         units = cq_file.mm[cq_pos:cq_pos + scan * UNIT_SIZE]
 
+        read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, False)
+        if read is None:  # a record run did not end on a record boundary: some unit has a wrong size
+            read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, True)
+        buffers, count, total, examined, missing = read
+        if missing:
+            self._log_skipped_units(topic, queue_id, offset, missing, self.commit_log.min_offset)
+        next_begin = offset + examined
+        if count:
+            status = GetStatus.FOUND
+            self.stats["get_found"] += 1
+            self.stats["get_messages"] += count
+        else:
+            status = GetStatus.MESSAGE_WAS_REMOVING if missing else GetStatus.NO_MATCHED_MESSAGE
+            self.stats["get_misses"] += 1
+        return GetResult(status, next_begin, min_off, max_off, buffers, count, total)
+
+    def _read_units(self, units: memoryview | bytes, max_nums: int, max_bytes: int,
+                    tag_filter: Callable[[int], bool] | None, record_filter: Callable[[memoryview], bool] | None,
+                    strict: bool) -> tuple[list, int, int, int, int] | None:
+        """Collect the records the consume-queue ``units`` point at: (buffers, count, bytes, units examined, units
+        skipped because their record is gone).
+
+        A unit must point at a record of its size inside the commit log. A unit that does not (file deleted, beyond
+        the end, not a record, wrong size) ends the batch there once something was read, and is skipped while
+        nothing was: a pull never moves past a message it did not return. Records are sliced as contiguous runs;
+        the header is read for the first record of each run and the run's end must be a record boundary (one or two
+        header reads per run instead of one per record). If a run's end is not, this returns None and the caller
+        reads again with ``strict`` (every header read) to find the unit at fault."""
         cl = self.commit_log
         cl_min = cl.min_offset
         mfq = cl.mfq
         buffers: list = []
-        count = 0
-        total = 0
-        examined = 0
-        missing = 0  # units whose record is gone, skipped while nothing was read; a gap after a message ends the batch
+        count = total = examined = missing = 0
         run_file = None
-        run_start = run_end = 0
+        run_start = run_end = run_len = 0
         f_start = f_end = -1
         mf = mm = None
         head = _SIZE_MAGIC.unpack_from
@@ -301,39 +337,37 @@ class MessageStore(MessageAppender):
                     missing += 1
                     continue
             pos = phys - f_start
-            rec_size, magic = head(mm, pos)
-            if rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2):  # not a record of the unit's size
-                if count:
-                    break
-                examined += 1
-                missing += 1
-                continue
+            contiguous = mf is run_file and pos == run_end
+            if strict or not contiguous:
+                rec_size, magic = head(mm, pos)
+                if rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2):  # not a record of this size
+                    if count:
+                        break
+                    examined += 1
+                    missing += 1
+                    continue
             examined += 1
             if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
                 continue
-            if mf is run_file and pos == run_end:
+            if contiguous:
                 run_end = pos + size
+                run_len += 1
             else:
                 if run_file is not None:
+                    if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+                        return None
                     buffers.append(run_file.view[run_start:run_end])
                 run_file = mf
                 run_start = pos
                 run_end = pos + size
+                run_len = 1
             count += 1
             total += size
         if run_file is not None:
+            if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+                return None
             buffers.append(run_file.view[run_start:run_end])
-        if missing:
-            self._log_skipped_units(topic, queue_id, offset, missing, cl_min)
-        next_begin = offset + examined
-        if count:
-            status = GetStatus.FOUND
-            self.stats["get_found"] += 1
-            self.stats["get_messages"] += count
-        else:
-            status = GetStatus.MESSAGE_WAS_REMOVING if missing else GetStatus.NO_MATCHED_MESSAGE
-            self.stats["get_misses"] += 1
-        return GetResult(status, next_begin, min_off, max_off, buffers, count, total)
+        return buffers, count, total, examined, missing
 
     def _log_skipped_units(self, topic: str, queue_id: int, offset: int, count: int, cl_min: int) -> None:
         """Rate-limited report of consume-queue units skipped because their commit-log record is gone."""

@@ -95,8 +95,12 @@ async def test_pull_never_returns_or_skips_past_garbage_units(tmp_path):
     write_unit(store, 11, cq.get_unit(11)[0], size10 + 40, tags10)  # wrong size
     write_unit(store, 20, store.commit_log_max_offset + 1000, size10, tags10)  # beyond the end
     write_unit(store, 30, 0, FILLER_SIZE, 0)  # recovery's filler: silently stepped over
+    phys45, size45, tags45 = cq.get_unit(45)
+    assert cq.get_unit(44)[0] + cq.get_unit(44)[1] == phys45  # contiguous with the record before it
+    write_unit(store, 45, phys45, size45 + 1, tags45)  # a wrong size inside a run of records
+    write_unit(store, 50, phys45 + size45 + 1, cq.get_unit(50)[1], cq.get_unit(50)[2])  # off by the same byte
     present = readable(store)
-    assert present == set(range(60)) - {10, 11, 20, 30}
+    assert present == set(range(60)) - {10, 11, 20, 30, 45, 50}
 
     g = store.get_messages("TopicTest", 0, 0, 32)
     assert (g.status, g.message_count, g.next_begin_offset) == (GetStatus.FOUND, 10, 10)
@@ -108,7 +112,12 @@ async def test_pull_never_returns_or_skips_past_garbage_units(tmp_path):
     g = store.get_messages("TopicTest", 0, 20, 32, tag_filter=lambda code: False)  # nothing matches
     assert g.status is GetStatus.NO_MATCHED_MESSAGE or g.status is GetStatus.MESSAGE_WAS_REMOVING
     g = store.get_messages("TopicTest", 0, 20, 1000)
-    assert [r.queue_offset for r in iter_records(g.body())] == [o for o in range(21, 60) if o != 30]
+    assert [r.queue_offset for r in iter_records(g.body())] == [o for o in range(21, 45) if o != 30]
+    assert g.next_begin_offset == 45
+    g = store.get_messages("TopicTest", 0, 45, 1000)  # 45 skipped first, then 50 ends the batch
+    assert [r.queue_offset for r in iter_records(g.body())] == [46, 47, 48, 49] and g.next_begin_offset == 50
+    g = store.get_messages("TopicTest", 0, 50, 1000)
+    assert [r.queue_offset for r in iter_records(g.body())] == list(range(51, 60))
     results, recs = pull_all(store, batch=7)
     assert_never_skips(results, present)
     assert [r.queue_offset for r in recs] == sorted(present)
