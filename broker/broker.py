@@ -49,6 +49,7 @@ class Broker:
         self.topic_config_manager = TopicConfigManager(config, config_dir)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.store.retention.consumer_offsets = self.consumer_offset_manager.offsets_by_topic
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()

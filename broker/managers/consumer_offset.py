@@ -75,6 +75,14 @@ class ConsumerOffsetManager(PersistentTable):
                 out.add(group)
         return out
 
+    def offsets_by_topic(self) -> dict[str, dict[str, dict[int, int]]]:
+        """``topic -> group -> queue id -> offset`` (the store's clean-up report reads it; not on a hot path)."""
+        out: dict[str, dict[str, dict[int, int]]] = {}
+        for key, queues in self.offset_table.items():
+            topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            out.setdefault(topic, {})[group] = queues
+        return out
+
     def reset_offset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Replace all offsets of (topic, group) (admin reset)."""
         self.offset_table[self.key(topic, group)] = {int(q): int(o) for q, o in offsets.items()}

@@ -107,7 +107,10 @@ class AdminProcessor(BrokerProcessor):
                  getattr(channel, "remote_addr", "?"), new.read_queue_nums, new.write_queue_nums, new.perm)
         return cmd.make_response(ResponseCode.SUCCESS)
 
-    def delete_topic(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+    async def delete_topic(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """Delete the topic's config, queues and consumer offsets, all persisted before the answer: a crash right
+        after the acknowledgement must neither bring the old messages back nor leave a committed offset that
+        would make a consumer skip the messages of a re-created topic."""
         header = DeleteTopicRequestHeader.decode(cmd.ext_fields)
         topic = header.topic
         problem = validate_topic(topic)
@@ -116,9 +119,19 @@ class AdminProcessor(BrokerProcessor):
         if self.topics.is_system_topic(topic):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER,
                                      f"The topic[{topic}] is conflict with system topic.")
+        try:
+            self.store.delete_topic(topic)  # persists the store's tombstone first
+        except OSError as exc:
+            log.error("deleting topic %s failed: %s", topic, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"cannot delete topic {topic}: {exc}")
         existed = self.topics.delete_topic(topic)
-        self.store.delete_topic(topic)
         self.offsets.remove_topic(topic)
+        try:
+            self.topics.persist()
+            await self.offsets.persist_async()
+        except OSError as exc:
+            log.error("topic %s deleted, but persisting the change failed: %s", topic, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"topic {topic} deleted, not persisted: {exc}")
         if existed:
             log.info("topic %s deleted by %s", topic, getattr(channel, "remote_addr", "?"))
         return cmd.make_response(ResponseCode.SUCCESS)

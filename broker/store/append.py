@@ -225,7 +225,7 @@ class MessageAppender:
         if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or m.sys_flag & _TRAN_MASK
                 or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
                 or m.keys or not m.uniq_key or cur is None or topic == recovery.SCHEDULE_TOPIC
-                or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq.file_size):
+                or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq._cur.allocated_position):
             return self._append([m])
         props = m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes
         body = m.body

@@ -46,7 +46,9 @@ class ConsumeQueue:
         self.units_per_file = self.file_size // UNIT_SIZE
         self.root_dir = root_dir
         self.directory = os.path.join(root_dir, topic, str(queue_id))
-        self.mfq = MappedFileQueue(self.directory, self.file_size)
+        # Sparse files, blocks allocated ahead of the writer (reserve): an auto-created queue with a few messages
+        # must not cost a whole pre-allocated file of disk.
+        self.mfq = MappedFileQueue(self.directory, self.file_size, preallocate=False)
         self.min_offset = 0
         self.max_offset = 0
         # Write cursor into the last file.
@@ -202,17 +204,19 @@ class ConsumeQueue:
         return self._cur
 
     def reserve(self, count: int) -> None:
-        """Create the files the next ``count`` units need, so that a full disk fails the put
-        before anything is written (raises StoreDiskFullError)."""
+        """Create the files and disk blocks the next ``count`` units need, so that a full disk fails
+        the put before anything is written (raises StoreDiskFullError)."""
         cur = self._cur
         if cur is None:
             cur = self._roll()
-        free = (self.file_size - cur.wrote_position) // UNIT_SIZE
+        pos = cur.wrote_position
+        cur.ensure_allocated(min(self.file_size, pos + count * UNIT_SIZE))
+        remaining = count - (self.file_size - pos) // UNIT_SIZE
         start = cur.end_offset
-        while count > free:
-            if self.mfq.find(start) is None:
-                self.mfq.create_file(start)
-            free += self.units_per_file
+        while remaining > 0:
+            mf = self.mfq.find(start) or self.mfq.create_file(start)
+            mf.ensure_allocated(min(remaining, self.units_per_file) * UNIT_SIZE)
+            remaining -= self.units_per_file
             start += self.file_size
 
     def append(self, phys: int, size: int, tags_code: int) -> None:
@@ -251,6 +255,7 @@ class ConsumeQueue:
         """Write a unit at an explicit offset (recovery re-dispatch). Fills a gap at the start of
         a fresh queue with filler units, as RocketMQ does."""
         if queue_offset == self.max_offset and self._cur is not None:
+            self.reserve(1)
             self.append(phys, size, tags_code)
             return
         if queue_offset < self.max_offset:
@@ -259,6 +264,7 @@ class ConsumeQueue:
         if not self.mfq.files:
             file_start = byte_pos - byte_pos % self.file_size
             mf = self.mfq.create_file(file_start)
+            mf.ensure_allocated(byte_pos - file_start + UNIT_SIZE)
             pos = 0
             while file_start + pos < byte_pos:  # filler units before the first real one
                 CQ_UNIT.pack_into(mf.mm, pos, 0, FILLER_SIZE, 0)
@@ -270,6 +276,7 @@ class ConsumeQueue:
             return
         log.warning("consume queue %s/%d: gap before offset %d (max %d)", self.topic, self.queue_id,
                     queue_offset, self.max_offset)
+        self.reserve(queue_offset - self.max_offset + 1)
         while self.max_offset < queue_offset:  # keep units contiguous so reads never stop early
             self.append(0, FILLER_SIZE, 0)
         self.append(phys, size, tags_code)

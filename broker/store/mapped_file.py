@@ -1,8 +1,11 @@
 """Pre-allocated, memory-mapped store files named by their 20-digit start offset.
 
-Every file is created at full size with ``os.posix_fallocate`` so that a full disk
-is reported when the file is created (``StoreDiskFullError``) instead of a SIGBUS
-on a later write into a sparse mapping. Writes go straight into the mapping;
+A pre-allocated file (commit log) is created at full size with ``os.posix_fallocate`` so
+that a full disk is reported when the file is created (``StoreDiskFullError``) instead of
+a SIGBUS on a later write into a sparse mapping. A lazily allocated file (consume queue:
+most queues hold a few units of a multi-MB file) is created sparse and its writer calls
+``ensure_allocated`` before writing, which fallocates growing chunks ahead of the write
+position, so the disk-full error stays clean. Writes go straight into the mapping;
 durability is obtained with ``fdatasync`` on a short-lived descriptor (it releases
 the GIL, unlike ``mmap.flush``) and is meant to run in an executor.
 """
@@ -34,10 +37,23 @@ def file_name_for(offset: int) -> str:
     return "%020d" % offset
 
 
-def _allocate(path: str, size: int) -> None:
-    """Create ``path`` with ``size`` zero bytes of real disk space, or fail."""
+_ALLOCATE_STEP_MAX = 1 << 20
+
+
+def _disk_full(exc: OSError, size: int, path: str) -> OSError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreDiskFullError(exc.errno, "disk full: cannot allocate %d bytes for %s" % (size, path))
+    return exc
+
+
+def _allocate(path: str, size: int, preallocate: bool = True) -> None:
+    """Create ``path`` with ``size`` zero bytes of real disk space (sparse unless ``preallocate``), or fail."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        if not preallocate:
+            os.ftruncate(fd, size)
+            os.close(fd)
+            return
         try:
             os.posix_fallocate(fd, 0, size)
         except OSError as exc:
@@ -52,9 +68,7 @@ def _allocate(path: str, size: int) -> None:
             os.unlink(path)
         except OSError:
             pass
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise StoreDiskFullError(exc.errno, "disk full: cannot allocate %d bytes for %s" % (size, path)) from exc
-        raise
+        raise _disk_full(exc, size, path) from exc
     os.close(fd)
 
 
@@ -142,14 +156,17 @@ class MappedFile:
     """
 
     __slots__ = ("path", "file_from_offset", "file_size", "mm", "view", "wrote_position",
-                 "flushed_position", "warm_position", "_closed")
+                 "flushed_position", "warm_position", "allocated_position", "_closed")
 
-    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool) -> None:
+    def __init__(self, path: str, file_from_offset: int, file_size: int, *, create: bool,
+                 preallocate: bool = True) -> None:
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
+        # Bytes known to have disk blocks; writers of lazily allocated files call ensure_allocated first.
+        self.allocated_position = file_size if preallocate else 0
         if create:
-            _allocate(path, file_size)
+            _allocate(path, file_size, preallocate)
         else:
             actual = os.path.getsize(path)
             if actual != file_size:
@@ -178,6 +195,27 @@ class MappedFile:
     @property
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
+
+    def ensure_allocated(self, upto: int) -> None:
+        """Give bytes [0, upto) real disk blocks (StoreDiskFullError if the disk is full).
+
+        Allocates ahead in chunks that double up to 1 MiB, so a queue with a few units costs a page and a
+        busy one an fallocate call per MiB."""
+        if upto <= self.allocated_position:
+            return
+        start = self.allocated_position
+        step = min(max(start, PAGE_SIZE), _ALLOCATE_STEP_MAX)
+        end = min(self.file_size, -(-max(upto, start + step) // PAGE_SIZE) * PAGE_SIZE)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, start, end - start)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise _disk_full(exc, end - start, self.path) from exc
+            end = self.file_size  # no fallocate here: writes go sparse, as for pre-allocated files
+        finally:
+            os.close(fd)
+        self.allocated_position = end
 
     def warm(self, upto: int) -> None:
         """Pre-write zeros (with pwrite) up to ``upto`` ahead of the writer.
@@ -257,9 +295,10 @@ class MappedFile:
 class MappedFileQueue:
     """The ordered sequence of equally-sized mapped files of one directory."""
 
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, preallocate: bool = True) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.preallocate = preallocate
         self.files: list[MappedFile] = []
 
     # -- loading -----------------------------------------------------------------
@@ -311,7 +350,7 @@ class MappedFileQueue:
                             "with zeros and recovering what it holds", what, path, size, self.file_size)
                 extend_file(path, self.file_size, align)
                 cut_at = start + size if cut_at is None else min(cut_at, start + size)
-            mf = MappedFile(path, start, self.file_size, create=False)
+            mf = MappedFile(path, start, self.file_size, create=False, preallocate=self.preallocate)
             mf.wrote_position = self.file_size
             mf.flushed_position = self.file_size
             self.files.append(mf)
@@ -355,7 +394,7 @@ class MappedFileQueue:
         path = os.path.join(self.directory, file_name_for(start_offset))
         if os.path.exists(path):  # a stale leftover (e.g. truncated away earlier)
             os.unlink(path)
-        mf = MappedFile(path, start_offset, self.file_size, create=True)
+        mf = MappedFile(path, start_offset, self.file_size, create=True, preallocate=self.preallocate)
         self.files.append(mf)
         return mf
 

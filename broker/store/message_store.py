@@ -11,20 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
+import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import decode_record
+from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, decode_record
 
 from . import recovery
 from .append import ArrivalListener, MessageAppender
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
-from .consume_queue import CQ_UNIT, UNIT_SIZE, ConsumeQueue
+from .consume_queue import CQ_UNIT, FILLER_SIZE, UNIT_SIZE, ConsumeQueue
 from .flush import FlushService
 from .index import IndexService
 from .lock import StoreDirectoryLock
 from .mapped_file import StoreFileError, remove_file
 from .retention import RetentionService, disk_used_ratio
+from .tombstones import FILE_NAME as TOMBSTONES_FILE, TopicTombstones
 from .types import GetResult, GetStatus, QueryResult, StoreConfig
 
 __all__ = ["ArrivalListener", "MessageStore", "StoreConfig"]
@@ -32,6 +35,19 @@ __all__ = ["ArrivalListener", "MessageStore", "StoreConfig"]
 log = logging.getLogger(__name__)
 
 _PULL_HARD_CAP = 128 * 1024 * 1024
+_SKIP_LOG_INTERVAL_S = 10.0
+_SIZE_MAGIC = struct.Struct(">ii")
+
+
+def _ends_on_record(mf, end: int) -> bool:
+    """True when file position ``end`` is where the written data ends or a record (or the end-of-file marker)
+    starts: the records of a run before it had the sizes their units claim."""
+    if end == mf.wrote_position:
+        return True
+    if end + 8 > mf.wrote_position:
+        return False
+    rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, end)
+    return rec_size > 0 and (magic == MAGIC_V1 or magic == MAGIC_V2 or magic == BLANK_MAGIC)
 
 
 class MessageStore(MessageAppender):
@@ -49,6 +65,7 @@ class MessageStore(MessageAppender):
             if config.message_index_enable else None)
         self.checkpoint = StoreCheckpoint(os.path.join(config.root_dir, "checkpoint"))
         self.abort_path = os.path.join(config.root_dir, "abort")
+        self.tombstones = TopicTombstones(os.path.join(config.root_dir, TOMBSTONES_FILE))
         self.delay_levels_ms = config.delay_levels_ms()
         self.flush_service: FlushService | None = None
         self.retention = RetentionService(self)
@@ -63,9 +80,11 @@ class MessageStore(MessageAppender):
         self._disk_refuse_remark: str | None = None
         self.disk_used_ratio = 0.0
         self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "get_found": 0,
-                      "get_messages": 0, "get_misses": 0,
+                      "get_messages": 0, "get_misses": 0, "get_skipped_units": 0,
                       # what the last start-up recovery found unreadable in the commit log (recovery.py)
                       "recovery_corrupt_regions": 0, "recovery_corrupt_bytes": 0, "recovery_missing_units": 0}
+        self._skip_log_at = 0.0
+        self._skip_log_pending = 0
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
@@ -77,10 +96,12 @@ class MessageStore(MessageAppender):
         try:
             self.checkpoint.load()
             self.commit_log.load()
+            self.tombstones.load()
             self._load_consume_queues()
             if self.index is not None:
                 self.index.load()
             recovery.recover(self, abnormal)
+            self.tombstones.prune(self.commit_log.min_offset)
             self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
             self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
             with open(self.abort_path, "w") as f:
@@ -116,6 +137,12 @@ class MessageStore(MessageAppender):
                     continue
                 cq = ConsumeQueue(self.cq_root, topic, int(qname), self.config.mapped_file_size_consume_queue)
                 cq.load()
+                last = cq.last_unit()
+                if last is not None and self.tombstones.is_dead(topic, last[0]):
+                    # The process died between persisting the tombstone and removing the files.
+                    log.warning("removing consume queue %s/%s of a deleted topic", topic, qname)
+                    cq.destroy()
+                    continue
                 self.consume_queues.setdefault(topic, {})[int(qname)] = cq
 
     async def start(self) -> None:
@@ -186,7 +213,13 @@ class MessageStore(MessageAppender):
         return {topic: sorted(queues) for topic, queues in self.consume_queues.items()}
 
     def delete_topic(self, topic: str) -> None:
-        """Delete the topic's ConsumeQueues (commit-log data expires normally)."""
+        """Delete the topic's ConsumeQueues (commit-log data expires normally).
+
+        A tombstone (commit-log end offset now) is persisted first, so recovery never re-builds queues from the
+        deleted incarnation's records; a re-created topic starts again at queue offset 0. Raises OSError when
+        the tombstone cannot be written (nothing is deleted then)."""
+        if self.commit_log.max_offset > self.commit_log.min_offset:
+            self.tombstones.add(topic, self.commit_log.max_offset)
         queues = self.consume_queues.pop(topic, None)
         if queues:
             for cq in queues.values():
@@ -195,6 +228,10 @@ class MessageStore(MessageAppender):
             os.rmdir(os.path.join(self.cq_root, topic))
         except OSError:
             pass
+
+    def is_deleted_record(self, topic: str, phys_offset: int) -> bool:
+        """True when the commit-log record of ``topic`` at ``phys_offset`` predates a deletion of the topic."""
+        return self.tombstones.is_dead(topic, phys_offset)
 
     # ------------------------------------------------------------------ disk
     def _disk_refusal(self, now_ms: int) -> str | None:
@@ -247,61 +284,112 @@ class MessageStore(MessageAppender):
         scan = min(scan, max_off - offset, (cq_file.wrote_position - cq_pos) // UNIT_SIZE)
         units = cq_file.mm[cq_pos:cq_pos + scan * UNIT_SIZE]
 
-        cl = self.commit_log
-        cl_min = cl.min_offset
-        mfq = cl.mfq
-        buffers: list = []
-        count = 0
-        total = 0
-        examined = 0
-        removing = False
-        run_file = None
-        run_start = run_end = 0
-        f_start = f_end = -1
-        mf = None
-        for phys, size, tags in CQ_UNIT.iter_unpack(units):
-            if count and (count >= max_nums or total + size > max_bytes):
-                break
-            examined += 1
-            if phys < cl_min:
-                removing = True
-                continue
-            if tag_filter is not None and not tag_filter(tags):
-                continue
-            if not (f_start <= phys < f_end):
-                mf = mfq.find(phys)
-                if mf is None:
-                    removing = True
-                    continue
-                f_start = mf.file_from_offset
-                f_end = f_start + mf.wrote_position
-            pos = phys - f_start
-            if phys + size > f_end:
-                removing = True
-                continue
-            if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
-                continue
-            if mf is run_file and pos == run_end:
-                run_end = pos + size
-            else:
-                if run_file is not None:
-                    buffers.append(run_file.view[run_start:run_end])
-                run_file = mf
-                run_start = pos
-                run_end = pos + size
-            count += 1
-            total += size
-        if run_file is not None:
-            buffers.append(run_file.view[run_start:run_end])
+        read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, False)
+        if read is None:  # a record run did not end on a record boundary: some unit has a wrong size
+            read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, True)
+        buffers, count, total, examined, missing, fillers = read
+        if missing:
+            self._log_skipped_units(topic, queue_id, offset, missing, self.commit_log.min_offset)
         next_begin = offset + examined
         if count:
             status = GetStatus.FOUND
             self.stats["get_found"] += 1
             self.stats["get_messages"] += count
         else:
-            status = GetStatus.MESSAGE_WAS_REMOVING if removing else GetStatus.NO_MATCHED_MESSAGE
+            status = GetStatus.MESSAGE_WAS_REMOVING if missing or fillers else GetStatus.NO_MATCHED_MESSAGE
             self.stats["get_misses"] += 1
         return GetResult(status, next_begin, min_off, max_off, buffers, count, total)
+
+    def _read_units(self, units: memoryview | bytes, max_nums: int, max_bytes: int,
+                    tag_filter: Callable[[int], bool] | None, record_filter: Callable[[memoryview], bool] | None,
+                    strict: bool) -> tuple[list, int, int, int, int, int] | None:
+        """Collect the records the consume-queue ``units`` point at: (buffers, count, bytes, units examined, units
+        skipped because their record is gone, recovery fillers stepped over).
+
+        A unit must point at a record of its size inside the commit log. A unit that does not (file deleted, beyond
+        the end, not a record, wrong size) ends the batch there once something was read, and is skipped while
+        nothing was: a pull never moves past a message it did not return. Records are sliced as contiguous runs;
+        the header is read for the first record of each run and the run's end must be a record boundary (one or two
+        header reads per run instead of one per record). If a run's end is not, this returns None and the caller
+        reads again with ``strict`` (every header read) to find the unit at fault."""
+        cl = self.commit_log
+        cl_min = cl.min_offset
+        mfq = cl.mfq
+        buffers: list = []
+        count = total = examined = missing = fillers = 0
+        run_file = None
+        run_start = run_end = run_len = 0
+        f_start = f_end = -1
+        mf = mm = None
+        head = _SIZE_MAGIC.unpack_from
+        for phys, size, tags in CQ_UNIT.iter_unpack(units):
+            if count and (count >= max_nums or total + size > max_bytes) and (size != FILLER_SIZE or count >= max_nums):
+                break
+            if tag_filter is not None and not tag_filter(tags):
+                examined += 1
+                continue
+            if not (f_start <= phys and phys + size <= f_end and size >= MIN_RECORD_SIZE):
+                if size == FILLER_SIZE:  # recovery's gap filler: no message there
+                    examined += 1
+                    fillers += 1
+                    continue
+                found = None if phys < cl_min or size < MIN_RECORD_SIZE else mfq.find(phys)
+                if found is not None and phys + size <= found.file_from_offset + found.wrote_position:
+                    mf = found
+                    mm = mf.mm
+                    f_start = mf.file_from_offset
+                    f_end = f_start + mf.wrote_position
+                else:  # nothing there: end the batch at the gap, or skip it while nothing was read
+                    if count:
+                        break
+                    examined += 1
+                    missing += 1
+                    continue
+            pos = phys - f_start
+            contiguous = mf is run_file and pos == run_end
+            if strict or not contiguous:
+                rec_size, magic = head(mm, pos)
+                if rec_size != size or (magic != MAGIC_V1 and magic != MAGIC_V2):  # not a record of this size
+                    if count:
+                        break
+                    examined += 1
+                    missing += 1
+                    continue
+            examined += 1
+            if record_filter is not None and not record_filter(mf.view[pos:pos + size]):
+                continue
+            if contiguous:
+                run_end = pos + size
+                run_len += 1
+            else:
+                if run_file is not None:
+                    if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+                        return None
+                    buffers.append(run_file.view[run_start:run_end])
+                run_file = mf
+                run_start = pos
+                run_end = pos + size
+                run_len = 1
+            count += 1
+            total += size
+        if run_file is not None:
+            if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+                return None
+            buffers.append(run_file.view[run_start:run_end])
+        return buffers, count, total, examined, missing, fillers
+
+    def _log_skipped_units(self, topic: str, queue_id: int, offset: int, count: int, cl_min: int) -> None:
+        """Rate-limited report of consume-queue units skipped because their commit-log record is gone."""
+        self.stats["get_skipped_units"] += count
+        now = time.monotonic()
+        if now < self._skip_log_at:
+            self._skip_log_pending += count
+            return
+        self._skip_log_at = now + _SKIP_LOG_INTERVAL_S
+        more, self._skip_log_pending = self._skip_log_pending, 0
+        log.warning("pull %s/%d: skipped %d consume queue unit(s) from offset %d whose commit log record is gone "
+                    "(deleted below commit log min offset %d, or invalid)%s", topic, queue_id, count, offset, cl_min,
+                    "; %d more skipped since the last report" % more if more else "")
 
     # ------------------------------------------------------------------ offsets & time
     def get_max_offset(self, topic: str, queue_id: int) -> int:
@@ -387,7 +475,7 @@ class MessageStore(MessageAppender):
         for phys in index.query(topic, key, max_num + 16, begin_ts, end_ts):  # room for hash collisions
             if len(records) >= max_num:
                 break
-            if phys in seen or phys < cl_min:
+            if phys in seen or phys < cl_min or self.tombstones.is_dead(topic, phys):
                 continue
             seen.add(phys)
             raw = self.look_message_by_offset(phys)

@@ -280,6 +280,8 @@ def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = Fal
         topic = topics.get(raw_topic)
         if topic is None:
             topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
+        if store.is_deleted_record(topic, phys):
+            continue  # a deleted incarnation of the topic: its queues and index entries stay gone
         cq = None
         if tran not in _NO_CQ_TYPES:
             cq = store.get_or_create_consume_queue(topic, queue_id)

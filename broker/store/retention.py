@@ -14,12 +14,18 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+# topic -> consumer group -> queue id -> committed offset (the next message the group will consume).
+ConsumerOffsetsSource = Callable[[], Mapping[str, Mapping[str, Mapping[int, int]]]]
+_REPORT_MAX_GROUPS = 10
+_REPORT_MAX_TOPICS = 3
 
 
 def disk_used_ratio(path: str) -> float:
@@ -40,6 +46,9 @@ class RetentionService:
         self.store = store
         self._task: asyncio.Task | None = None
         self.deleted_files_total = 0
+        # Set by the broker: lets a clean-up report the messages it deleted before some group consumed them.
+        self.consumer_offsets: ConsumerOffsetsSource | None = None
+        self.unconsumed_deleted_total = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="store-retention")
@@ -85,15 +94,18 @@ class RetentionService:
         expire_ms = cfg.file_reserved_time_hours * 3_600_000
         mfq = store.commit_log.mfq
         doomed = []
+        forced = False
         for mf in mfq.files[:-1]:  # never the file being written
             if len(doomed) >= cfg.delete_files_batch_max:
                 break
             expired = now_ms - mf.mtime() * 1000 >= expire_ms
             if expired or forcibly:
                 doomed.append(mf)
+                forced = forced or not expired
             else:
                 break  # only a prefix: never leave holes
         deleted: list[str] = []
+        old_mins = {(cq.topic, cq.queue_id): cq.min_offset for cq in store.iter_consume_queues()} if doomed else {}
         if doomed:
             removed = mfq.remove_first(len(doomed))
             for mf in removed:
@@ -102,6 +114,8 @@ class RetentionService:
             log.info("retention: deleting %d commit log file(s) (disk used %.1f%%): %s", len(removed), used_ratio,
                      ", ".join(os.path.basename(p) for p in deleted))
         new_min = store.commit_log.min_offset
+        if doomed:
+            store.tombstones.prune(new_min)
         for cq in list(store.iter_consume_queues()):
             files = cq.mfq.files
             before = [mf.path for mf in files]
@@ -113,10 +127,66 @@ class RetentionService:
             store.index.delete_below(new_min)
             after = {f.path for f in store.index.files}
             deleted.extend(p for p in before if p not in after)
+        if doomed:
+            reason = ("forced: disk %.1f%% used >= diskSpaceCleanForciblyRatio %d%%"
+                      % (used_ratio, cfg.disk_space_clean_forcibly_ratio) if forced else "expired files")
+            self._report_unconsumed(doomed, old_mins, reason)
         if unlink:
             _unlink_all(deleted)
         self.deleted_files_total += len(deleted)
         return deleted
+
+
+    def _report_unconsumed(self, doomed: list, old_mins: dict[tuple[str, int], int], reason: str) -> None:
+        """One log line naming the groups (and counts per topic) whose unconsumed messages this clean-up deleted:
+        on each queue whose min offset moved up, the messages in [max(committed, old min), new min)."""
+        source = self.consumer_offsets
+        if source is None:
+            return
+        advanced: dict[str, dict[int, tuple[int, int]]] = {}
+        for cq in self.store.iter_consume_queues():
+            old = old_mins.get((cq.topic, cq.queue_id))
+            if old is not None and cq.min_offset > old:
+                advanced.setdefault(cq.topic, {})[cq.queue_id] = (old, cq.min_offset)
+        if not advanced:
+            return
+        try:
+            offsets = source()
+        except Exception:  # noqa: BLE001 - a report must never break the clean-up
+            log.exception("reading consumer offsets for the clean-up report failed")
+            return
+        lost: dict[str, dict[str, int]] = {}  # group -> topic -> messages
+        for topic, queues in advanced.items():
+            for group, committed in (offsets.get(topic) or {}).items():
+                for queue_id, (old, new) in queues.items():
+                    offset = committed.get(queue_id)
+                    if offset is not None and offset < new:
+                        per_topic = lost.setdefault(group, {})
+                        per_topic[topic] = per_topic.get(topic, 0) + new - max(offset, old)
+        if not lost:
+            return
+        total = sum(sum(t.values()) for t in lost.values())
+        self.unconsumed_deleted_total += total
+        groups = sorted(lost.items(), key=lambda kv: -sum(kv[1].values()))
+        parts = []
+        for group, topics in groups[:_REPORT_MAX_GROUPS]:
+            listed = sorted(topics.items(), key=lambda kv: -kv[1])
+            text = ", ".join("%s: %s" % (t, format(n, ",")) for t, n in listed[:_REPORT_MAX_TOPICS])
+            if len(listed) > _REPORT_MAX_TOPICS:
+                text += ", %d more topics" % (len(listed) - _REPORT_MAX_TOPICS)
+            parts.append("%s (%s)" % (group, text))
+        if len(groups) > _REPORT_MAX_GROUPS:
+            parts.append("and %d more groups" % (len(groups) - _REPORT_MAX_GROUPS))
+        log.warning("retention (%s) deleted commit log %s (%s): %s messages not yet consumed by groups %s",
+                    reason, ", ".join(os.path.basename(mf.path) for mf in doomed),
+                    _human_size(sum(mf.file_size for mf in doomed)), format(total, ","), ", ".join(parts))
+
+
+def _human_size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return "%.1f %s" % (size / scale, unit)
+    return "%d B" % size
 
 
 def _unlink_all(paths: list[str]) -> None:
