@@ -9,9 +9,9 @@ later, i.e. before the position of the last line terminator of the text.
 
 Every other terminal either cannot fail after scanning (identifiers, whitespace, operators) or
 fails only where no other terminal can match, which ends lexing with an error at once (an
-unterminated 'string' or /* comment). NUMBER can scan a run of digits and fall back to a shorter
-reading (``00`` is ``0`` then ``0``), but a number directly after a number is a syntax error, so
-the parser stops at the second one.
+unterminated 'string' or /* comment). NUMBER scans a whole run of digits looking for a float
+reading before it settles for a leading ``0`` (``00`` is ``0`` then ``0``); the lexer remembers that
+run so the following zeros are not scanned again.
 
 The lexer also retypes identifiers that spell a keyword and enforces the size limits while it
 streams tokens to the LALR parser, so a selector over a limit is refused after at most that limit's
@@ -52,6 +52,7 @@ _OPERANDS = frozenset({"IDENT", "NUMBER", "STRING", "TRUE", "FALSE", "NULL"})
 _PREFIX_OPERATORS = frozenset({"NOT", "PLUS", "MINUS"})
 _LINE_COMMENT = "LINE_COMMENT"
 
+_DIGITS = re.compile("[0-9]*")
 _scan = threading.local()
 
 
@@ -104,6 +105,7 @@ class SelectorLexer(Lexer):
         _scan.summary = _EMPTY_SCAN
         depth = prefix_run = terms = in_items = tokens = contains = 0
         in_list = after_in = False
+        zeros_end = -1
         while True:
             if pos < last_break:
                 skipped = skip_with_comments(text, pos, last_break + 1)
@@ -114,13 +116,20 @@ class SelectorLexer(Lexer):
                 pos = skipped.end()
             if pos >= end:
                 break
-            found = match(text, pos, end)
-            if found is None:
-                raise UnexpectedCharacters(text, pos, None, None, allowed=self._allowed, state=parser_state,
-                                           terminals_by_name=self._terminals_by_name)
-            kind = found.lastgroup
-            stop = found.end()
-            value = found.group()
+            if pos + 1 < zeros_end and text[pos] == "0":
+                kind, stop, value = "NUMBER", pos + 1, "0"  # inside a digit run known to have no float reading
+            else:
+                found = match(text, pos, end)
+                if found is None:
+                    raise UnexpectedCharacters(text, pos, None, None, allowed=self._allowed, state=parser_state,
+                                               terminals_by_name=self._terminals_by_name)
+                kind = found.lastgroup
+                stop = found.end()
+                value = found.group()
+                if value == "0" and stop < end and "0" <= text[stop] <= "9":
+                    # `00...`: NUMBER scanned the whole digit run for a float reading and found none; remember
+                    # where the run ends so the following zeros are not scanned again (quadratic otherwise).
+                    zeros_end = _DIGITS.match(text, stop, end).end()
             tokens += 1
             if tokens > MAX_TOKENS:
                 raise _limit_error("tokens", MAX_TOKENS, pos, stop)
