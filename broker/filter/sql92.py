@@ -367,7 +367,7 @@ def compile_selector(text: str) -> Selector:
         except SelectorError as exc:
             entry = exc
         with _cache_lock:
-            if text not in _cache and len(text) <= CACHE_CHARS // 4:
+            if text not in _cache and len(text) <= MAX_SELECTOR_LENGTH:  # longer: refused in O(1) anyway
                 _cache[text] = entry
                 _cache_chars += len(text)
                 while len(_cache) > CACHE_ENTRIES or _cache_chars > CACHE_CHARS:
