@@ -3,9 +3,10 @@
 Lark's own lexer tries every terminal regex at each position. The ``--`` comment terminal
 (``--`` up to a line break) scans to the end of the line before it can fail, so a selector that is
 a run of dashes with no line break after it cost quadratic time (40 KB of ``-`` held the broker's
-event loop for 31 s). This lexer uses the grammar's terminal regexes except that one, and decides
-whether ``--`` opens a comment in O(1): it does exactly when a line terminator follows somewhere
-later, i.e. before the position of the last line terminator of the text.
+event loop for 31 s). This lexer uses the grammar's terminal regexes, but skips whitespace and
+comments in runs with one regex match, and lets that match see ``--`` comments only up to the last
+line terminator of the text: a ``--`` opens a comment exactly when a line terminator follows it
+somewhere, so inside that window it always finds its line break, and past it ``-`` is just MINUS.
 
 Every other terminal either cannot fail after scanning (identifiers, whitespace, operators) or
 fails only where no other terminal can match, which ends lexing with an error at once (an
@@ -76,7 +77,7 @@ def _limit_error(what: str, limit: int, start: int, end: int) -> StaticError:
 
 
 class SelectorLexer(Lexer):
-    """Lark custom lexer (``lexer=SelectorLexer``): the grammar's terminals with a linear ``--`` rule."""
+    """Lark custom lexer (``lexer=SelectorLexer``): the grammar's terminals, lexed in linear time."""
 
     __future_interface__ = 2
 
