@@ -35,6 +35,9 @@ DECISION_CACHE_ENTRIES = 4096
 DECISION_CACHE_MAX_PROPERTIES = 1024
 #: Selectors naming more properties than this are evaluated on the fully decoded property map.
 MAX_WALKED_NAMES = 32
+#: ... and so are selectors whose names add up to more characters than this: compiling the walker regex costs
+#: about a microsecond per character (a 64 KB property name would hold the event loop for ~75 ms).
+MAX_WALKED_NAME_CHARS = 2048
 
 
 def properties_bytes(record) -> bytes:
@@ -92,11 +95,12 @@ def record_matcher(names: Iterable[str] | None, evaluate: Callable[[Mapping[str,
     The values are found on the raw bytes, in place (no copy of the record): \x01 and \x02 are ASCII, and
     decoding UTF-8 with replacement never merges an ASCII byte into a replaced sequence, so a byte-level value
     decodes to the same text as the corresponding piece of the decoded string. The decision is remembered per
-    tuple of raw values. Names unknown (None) or more than MAX_WALKED_NAMES of them: the whole property map is
-    decoded instead (a regex alternative per name would make every record slow).
+    tuple of raw values. Names unknown (None), more than MAX_WALKED_NAMES of them or longer than
+    MAX_WALKED_NAME_CHARS together: the whole property map is decoded instead (a regex alternative per name would
+    make every record slow, and a huge regex slow to compile).
     """
     names = None if names is None else tuple(dict.fromkeys(names))
-    if names is None or len(names) > MAX_WALKED_NAMES:
+    if names is None or len(names) > MAX_WALKED_NAMES or sum(map(len, names)) > MAX_WALKED_NAME_CHARS:
         def decode_all(record) -> bool:
             try:
                 properties = record_properties(record)

@@ -8,15 +8,17 @@ delivered". One deliberate difference: trailing text after a complete expression
 `SelectorError` naming the position and what was expected there.
 
 Parsing runs the compiler inline (lark's LALR parser calls the node builders on each reduction), so
-there is no parse tree and no recursion; nesting depth and text length are bounded so hostile input
-is refused quickly.
+there is no parse tree and no recursion. The lexer (sql92_lexer.py) is linear and enforces the size
+limits (length, nesting, terms, IN-list items, tokens) as it streams tokens, so the largest selector
+accepted compiles in a few tens of milliseconds and anything bigger is refused after no more work than
+that; failures are cached like successes, so a client repeating a bad selector costs a dict lookup.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,16 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from broker.filter import sql92_compile as c
 from broker.filter.records import record_matcher
+from broker.filter.sql92_lexer import (
+    KEYWORDS,
+    MAX_IN_ITEMS,
+    MAX_NESTING,
+    MAX_SELECTOR_LENGTH,
+    MAX_TERMS,
+    MAX_TOKENS,
+    SelectorLexer,
+    last_scan,
+)
 from broker.filter.sql92_values import (
     BOOL,
     DOUBLE,
@@ -38,14 +50,8 @@ from broker.filter.sql92_values import (
     EvaluationError,
 )
 
-MAX_SELECTOR_LENGTH = 256 * 1024
-MAX_NESTING = c.MAX_DEPTH
 CACHE_ENTRIES = 256
 CACHE_CHARS = 8 * 1024 * 1024
-
-KEYWORDS = ("NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH",
-            "ENDSWITH")
-_KEYWORD_TYPES = {k: k for k in KEYWORDS}
 
 # How terminals are named in error messages, in the order they are listed.
 _DISPLAY = {
@@ -90,15 +96,17 @@ class Selector:
     """A compiled selector; ``evaluate`` is the delivery decision for one message.
 
     ``names`` are the property names the expression reads (nothing else of a message matters to it); None when
-    unknown (raw records are then fully decoded).
+    unknown (raw records are then fully decoded). ``weight`` is a rough per-message evaluation cost (about one
+    unit per token), for callers that budget how many messages one request may evaluate.
     """
 
-    __slots__ = ("text", "_fn", "names", "record_matcher")
+    __slots__ = ("text", "_fn", "names", "weight", "record_matcher")
 
-    def __init__(self, text: str, fn: c.Evaluator, names: tuple[str, ...] | None = None) -> None:
+    def __init__(self, text: str, fn: c.Evaluator, names: tuple[str, ...] | None = None, weight: int = 1) -> None:
         self.text = text
         self._fn = fn
         self.names = names
+        self.weight = max(1, weight)
         #: ``record_matcher(record)`` is ``matches_record(record)`` without the method call (for the pull loop)
         self.record_matcher = record_matcher(names, self.evaluate)
 
@@ -122,30 +130,6 @@ class Selector:
         return f"Selector({self.text!r})"
 
 
-# ---- lexing: keywords and nesting ---------------------------------------------------------------------
-class _PostLexer:
-    """Retypes identifiers that spell a keyword (case-insensitively) and bounds parenthesis nesting."""
-
-    always_accept = ()
-
-    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
-        depth = 0
-        for token in stream:
-            kind = token.type
-            if kind == "IDENT":
-                keyword = _KEYWORD_TYPES.get(token.value.upper())
-                if keyword is not None:
-                    token.type = keyword
-            elif kind == "_LPAR":
-                depth += 1
-                if depth > MAX_NESTING:
-                    raise c.StaticError(f"parentheses nested more than {MAX_NESTING} levels deep",
-                                        token.start_pos, token.end_pos)
-            elif kind == "_RPAR":
-                depth -= 1
-            yield token
-
-
 # ---- node building (called by the parser on each reduction) -----------------------------------------
 def _number(token: Token) -> c.Node:
     text = token.value
@@ -158,9 +142,10 @@ def _number(token: Token) -> c.Node:
             raise c.StaticError("{snippet} is below 4.9E-324 (the reference rejects zero written as a decimal;"
                                 " write 0)", start, end)
         return c.literal(value, DOUBLE, start, end)
-    value = int(text.rstrip("lL"))
-    if value > LONG_MAX:
+    digits = text.rstrip("lL")
+    if len(digits) > len(str(LONG_MAX)) or int(digits) > LONG_MAX:  # no leading zeros: length says enough
         raise c.StaticError("{snippet} does not fit in a 64-bit integer", start, end)
+    value = int(digits)
     return c.literal(value, INT if value <= INT_MAX else LONG, start, end)
 
 
@@ -285,7 +270,7 @@ def _get_parser() -> Lark:
     if _parser is None:
         with _parser_lock:
             if _parser is None:
-                _parser = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer="basic", postlex=_PostLexer(),
+                _parser = Lark(_GRAMMAR_PATH.read_text(), parser="lalr", lexer=SelectorLexer,
                                transformer=_Builder(), maybe_placeholders=False)
     return _parser
 
@@ -344,8 +329,8 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> SelectorError:
 
 def _parse(text: str) -> Selector:
     if len(text) > MAX_SELECTOR_LENGTH:
-        raise SelectorError(f"selector is {len(text)} characters long, more than the limit of "
-                            f"{MAX_SELECTOR_LENGTH}", text, MAX_SELECTOR_LENGTH)
+        raise SelectorError(f"selector is {len(text):,} characters long; the maximum is {MAX_SELECTOR_LENGTH:,}",
+                            text, MAX_SELECTOR_LENGTH)
     if not text.strip(" \t\n\r\f"):
         raise SelectorError("empty selector", text, len(text), ("a condition",))
     try:
@@ -359,13 +344,8 @@ def _parse(text: str) -> Selector:
         raise _syntax_error(text, exc) from None
     except RecursionError:
         raise SelectorError("expression too deeply nested", text, 0) from None
-    return Selector(text, root.fn, _property_names(text))
-
-
-def _property_names(text: str) -> tuple[str, ...]:
-    """The distinct property names of a selector that parsed (identifiers left after keyword retyping)."""
-    names = dict.fromkeys(token.value for token in _get_parser().lex(text) if token.type == "IDENT")
-    return tuple(names)
+    scan = last_scan()
+    return Selector(text, root.fn, scan.names, scan.weight)
 
 
 # ---- cache ------------------------------------------------------------------------------------------------------
@@ -387,7 +367,7 @@ def compile_selector(text: str) -> Selector:
         except SelectorError as exc:
             entry = exc
         with _cache_lock:
-            if text not in _cache and len(text) <= CACHE_CHARS // 4:
+            if text not in _cache and len(text) <= MAX_SELECTOR_LENGTH:  # longer: refused in O(1) anyway
                 _cache[text] = entry
                 _cache_chars += len(text)
                 while len(_cache) > CACHE_ENTRIES or _cache_chars > CACHE_CHARS:
@@ -406,4 +386,4 @@ def clear_cache() -> None:
 
 
 __all__ = ["Selector", "SelectorError", "EvaluationError", "compile_selector", "clear_cache", "KEYWORDS",
-           "MAX_SELECTOR_LENGTH", "MAX_NESTING"]
+           "MAX_SELECTOR_LENGTH", "MAX_NESTING", "MAX_TERMS", "MAX_IN_ITEMS", "MAX_TOKENS"]

@@ -25,6 +25,7 @@ class LatencyProbe:
         self.failures = 0
         self._client: WireClient | None = None
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     @property
     def max_latency(self) -> float:
@@ -40,6 +41,8 @@ class LatencyProbe:
     async def __aexit__(self, *exc) -> None:
         assert self._task is not None and self._client is not None
         await asyncio.sleep(self.interval * 2)  # at least one probe after the hostile traffic
+        # Python 3.11's wait_for can swallow a cancel that lands as its request completes: the flag ends the loop.
+        self._stopping = True
         self._task.cancel()
         try:
             await self._task
@@ -58,7 +61,7 @@ class LatencyProbe:
         self.latencies.append(time.monotonic() - started)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self._one()
             await asyncio.sleep(self.interval)
 

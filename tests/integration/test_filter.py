@@ -1,6 +1,7 @@
 """Message filtering against the real broker subprocess: TAG and SQL92 subscriptions on the pull's
 subscription flag and from heartbeats, the scan cap, SUBSCRIPTION_PARSE_FAILED (23) on every path,
-enablePropertyFilter=false refusals, pathological selectors (deep nesting, 1 MiB, 10,000-item IN) on the pull flag,
+enablePropertyFilter=false refusals, pathological selectors (deep nesting, 1 MiB, the largest IN list and one
+item more) on the pull flag,
 heartbeat and CHECK_CLIENT_CONFIG paths, and long polling that wakes only for a matching SQL message."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from broker.filter.sql92 import MAX_IN_ITEMS
 from conftest import BrokerProcess
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.message import BatchEntry, encode_batch_body
@@ -180,13 +182,15 @@ async def test_parse_failed_on_every_path(client):
 async def test_hostile_selectors_are_answered(client):
     topic = "FilterHostile"
     await _send(client, topic, b"x", a="v9999")
-    deep = await _pull(client, topic, "fh", sub="(" * 100_000 + "a = 'x'" + ")" * 100_000,
+    deep = await _pull(client, topic, "fh", sub="(" * 30_000 + "a = 'x'" + ")" * 30_000,
                        expression_type="SQL92")
     assert deep.code == R.SUBSCRIPTION_PARSE_FAILED and "nested" in deep.remark
     huge = await _pull(client, topic, "fh", sub="a = '" + "x" * (1 << 20) + "'", expression_type="SQL92")
-    assert huge.code == R.SUBSCRIPTION_PARSE_FAILED and "limit" in huge.remark
-    items = ",".join(f"'v{i}'" for i in range(10_000))
-    wide = await _pull(client, topic, "fh", sub=f"a IN ({items})", expression_type="SQL92")
+    assert huge.code == R.SUBSCRIPTION_PARSE_FAILED and "the maximum is" in huge.remark
+    items = ",".join(f"'v{i}'" for i in range(MAX_IN_ITEMS))
+    wide = await _pull(client, topic, "fh", sub=f"a IN ({items}, 'v9999')", expression_type="SQL92")
+    assert wide.code == R.SUBSCRIPTION_PARSE_FAILED and "IN-list items" in wide.remark
+    wide = await _pull(client, topic, "fh", sub=f"a IN ({items[:-8]}, 'v9999')", expression_type="SQL92")
     assert wide.code == 0 and _bodies(wide) == [b"x"]
 
 
@@ -195,10 +199,10 @@ async def test_hostile_selectors_by_heartbeat_and_client_check(client, filter_br
     CHECK_CLIENT_CONFIG: answered on every path, and the broker keeps serving."""
     topic = "FilterHostileHb"
     await _send(client, topic, b"x", a="v9999")
-    items = ",".join(f"'v{i}'" for i in range(10_000))
+    items = ",".join(f"'v{i}'" for i in range(MAX_IN_ITEMS - 1)) + ",'v9999'"
     cases = [
-        ("deep", "(" * 100_000 + "a = 'x'" + ")" * 100_000, R.SUBSCRIPTION_PARSE_FAILED, "nested"),
-        ("huge", "a = '" + "x" * (1 << 20) + "'", R.SUBSCRIPTION_PARSE_FAILED, "limit"),
+        ("deep", "(" * 30_000 + "a = 'x'" + ")" * 30_000, R.SUBSCRIPTION_PARSE_FAILED, "nested"),
+        ("huge", "a = '" + "x" * (1 << 20) + "'", R.SUBSCRIPTION_PARSE_FAILED, "the maximum is"),
         ("wide", f"a IN ({items})", R.SUCCESS, None),
     ]
     for name, selector, code, remark_part in cases:
