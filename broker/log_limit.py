@@ -40,18 +40,19 @@ class RateLimitedLog:
         self._keys: dict[Hashable, _KeyState] = {}
         self.suppressed_total = 0
 
-    def warning(self, key: Hashable, msg: str, *args: Any) -> bool:
+    def warning(self, key: Hashable, msg: str, *args: Any, **kwargs: Any) -> bool:
         """Log `msg % args` at WARNING unless `key` was logged in the last interval; True if it was written."""
-        return self.log(logging.WARNING, key, msg, *args)
+        return self.log(logging.WARNING, key, msg, *args, **kwargs)
 
-    def error(self, key: Hashable, msg: str, *args: Any) -> bool:
+    def error(self, key: Hashable, msg: str, *args: Any, **kwargs: Any) -> bool:
         """Log `msg % args` at ERROR unless `key` was logged in the last interval; True if it was written."""
-        return self.log(logging.ERROR, key, msg, *args)
+        return self.log(logging.ERROR, key, msg, *args, **kwargs)
 
-    def info(self, key: Hashable, msg: str, *args: Any) -> bool:
-        return self.log(logging.INFO, key, msg, *args)
+    def info(self, key: Hashable, msg: str, *args: Any, **kwargs: Any) -> bool:
+        return self.log(logging.INFO, key, msg, *args, **kwargs)
 
-    def log(self, level: int, key: Hashable, msg: str, *args: Any) -> bool:
+    def log(self, level: int, key: Hashable, msg: str, *args: Any, **kwargs: Any) -> bool:
+        """Log at `level` unless `key` was logged in the last interval; `kwargs` (exc_info, ...) go to the logger."""
         now = time.monotonic()
         state = self._keys.get(key)
         if state is not None and now - state.last < self.interval_s:
@@ -70,7 +71,7 @@ class RateLimitedLog:
         if skipped:
             msg += " (%d similar messages suppressed in the last %.0f s)"
             args = (*args, skipped, self.interval_s)
-        self.logger.log(level, msg, *args)
+        self.logger.log(level, msg, *args, **kwargs)
         return True
 
     def flush(self) -> int:

@@ -69,3 +69,14 @@ def test_key_table_is_bounded(clock: _Clock, caplog: pytest.LogCaptureFixture, m
     for i in range(1000):
         rl.warning(("peer", i), "bad frame from %d", i)
     assert len(rl._keys) <= 16
+
+
+def test_exc_info_reaches_the_logger(clock: _Clock, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    rl = RateLimitedLog(logging.getLogger("test.ratelimit"), interval_s=10.0)
+    try:
+        raise KeyError("boom")
+    except KeyError as exc:
+        rl.error("k", "failed: %s", exc, exc_info=exc)
+    (rec,) = [r for r in caplog.records if r.name == "test.ratelimit"]
+    assert rec.exc_info is not None and rec.exc_info[0] is KeyError
