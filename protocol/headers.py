@@ -361,7 +361,8 @@ class PullMessageRequestHeader(Header):
     queue_offset = F("queueOffset", int64, required=True)
     max_msg_nums = F("maxMsgNums", int32, required=True)
     sys_flag = F("sysFlag", int32, required=True)
-    commit_offset = F("commitOffset", int64, default=0)  # only read when the commit-offset flag is set
+    # Only read when the commit-offset flag is set; missing (None) or -1 means "nothing to commit".
+    commit_offset = F("commitOffset", int64)
     suspend_timeout_millis = F("suspendTimeoutMillis", int64, default=15000)
     subscription = F("subscription", str)
     sub_version = F("subVersion", int64, default=0)

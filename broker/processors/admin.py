@@ -195,6 +195,9 @@ class AdminProcessor(BrokerProcessor):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed SubscriptionGroupConfig: {exc}")
         if config is None or not config.group_name:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, "SubscriptionGroupConfig body needs 'groupName'")
+        problem = self.group_problem(config.group_name)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"groupName: {problem}")
         if config.retry_queue_nums < 0 or config.retry_max_times < -1:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER,
                                      "retryQueueNums must be >= 0 and retryMaxTimes >= -1")

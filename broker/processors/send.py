@@ -7,9 +7,11 @@ completes without creating a task.
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import TYPE_CHECKING, Any
 
+from broker.log_limit import RateLimitedLog
 from broker.managers.topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -34,6 +36,11 @@ from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+# Refused sends repeat per message while the cause lasts (full disk, a producer with a bad setting): one line
+# per response code every 10 s, with the count of those skipped.
+_refusals = RateLimitedLog(log)
 
 PROP_UNIQ_KEY = "UNIQ_KEY"
 PROP_TAGS = "TAGS"
@@ -105,6 +112,7 @@ class SendProcessor(BrokerProcessor):
 
     # ---- helpers ----------------------------------------------------------------------------
     def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        _refusals.warning(code, "send refused with code %d: %s", code, remark)
         return cmd.make_response(code, remark, {"MSG_REGION": self._region, "TRACE_ON": self._trace})
 
     def _born_host(self, channel: Any) -> bytes:
@@ -122,6 +130,10 @@ class SendProcessor(BrokerProcessor):
                      ) -> tuple[TopicConfig | None, RemotingCommand | None]:
         """Checks of §4.3.2 step 2; returns the topic config or an error response."""
         topic = header.topic
+        if header.producer_group not in self._valid_groups:
+            problem = self.group_problem(header.producer_group)
+            if problem is not None:
+                return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, f"producerGroup: {problem}")
         if not self.config.broker_permission & PERM_WRITE:
             return None, self._error(cmd, ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.config.broker_ip1}] sending message is forbidden")

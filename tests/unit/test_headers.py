@@ -172,7 +172,8 @@ def test_defaults_are_filled():
     pull = H.PullMessageRequestHeader.decode(
         {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 2}
     )
-    assert pull.commit_offset == 0 and pull.sub_version == 0 and pull.expression_type is None
+    # no commitOffset means nothing to commit (a default of 0 would reset the group's offset)
+    assert pull.commit_offset is None and pull.sub_version == 0 and pull.expression_type is None
 
 
 def test_encode_writes_strings_and_omits_none():
