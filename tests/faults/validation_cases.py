@@ -139,3 +139,15 @@ async def run_int_cases(client: WireClient, code: int) -> list[Outcome]:
         except Exception as exc:  # no answer at all is a failure the caller reports
             outcomes.append(Outcome(code, field, value, kind, None, f"no answer: {exc!r}"))
     return outcomes
+
+
+async def wait_for_log(broker, text: str, timeout: float = 5.0) -> bool:
+    """True once `text` shows up in the broker's output (read by a thread, so it may lag the response)."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while text not in broker.log_text():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
