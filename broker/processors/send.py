@@ -7,11 +7,9 @@ completes without creating a task.
 
 from __future__ import annotations
 
-import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from broker.log_limit import RateLimitedLog
 from broker.managers.topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -36,11 +34,6 @@ from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
-
-log = logging.getLogger(__name__)
-# Refused sends repeat per message while the cause lasts (full disk, a producer with a bad setting): one line
-# per response code every 10 s, with the count of those skipped.
-_refusals = RateLimitedLog(log)
 
 PROP_UNIQ_KEY = "UNIQ_KEY"
 PROP_TAGS = "TAGS"
@@ -112,7 +105,6 @@ class SendProcessor(BrokerProcessor):
 
     # ---- helpers ----------------------------------------------------------------------------
     def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-        _refusals.warning(code, "send refused with code %d: %s", code, remark)
         return cmd.make_response(code, remark, {"MSG_REGION": self._region, "TRACE_ON": self._trace})
 
     def _born_host(self, channel: Any) -> bytes:

@@ -56,7 +56,7 @@ async def test_a_thousand_bad_requests_of_each_kind_log_a_handful_of_lines(broke
 
     fragments = {
         "header error": "refused: header field 'h (flag)'",
-        "refused send": "send refused with code 13",
+        "refused send": "rejected SEND_MESSAGE_V2 from",
         "offset update": "consumer offset update from",
         "pull commitOffset": "is outside 0..maxOffset",
     }
