@@ -87,3 +87,17 @@ async def test_one_bad_group_refuses_the_whole_heartbeat_naming_it(shared_broker
         assert "the specified group[not.fine] contains illegal characters" in response.remark
         listed = await client.request(RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "fineGroup"})
         assert listed.code != 0  # nothing of the refused heartbeat was registered
+
+
+@pytest.mark.parametrize("field,value", [("retryQueueNums", 2**70), ("retryQueueNums", 100_000), ("retryQueueNums", -1),
+                                         ("retryMaxTimes", -2), ("retryMaxTimes", 2**31),
+                                         ("groupSysFlag", 2**40), ("brokerId", 2**64)])
+async def test_group_config_numbers_a_java_field_cannot_hold_are_refused(shared_broker, field, value):
+    """retryQueueNums becomes the retry topic's queue count and groupSysFlag goes back to every pulling client as
+    a Java int: 2^70 of either would break things far from the request that set it."""
+    group = f"cfgRange_{field}"
+    async with await WireClient.connect(shared_broker.addr) as client:
+        body = json.dumps({"groupName": group, field: value}).encode()
+        response = await client.request(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        assert response.code == R.INVALID_PARAMETER and field in response.remark, response.remark
+        assert group not in await _groups_on_broker(client)
