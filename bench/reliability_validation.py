@@ -20,7 +20,7 @@ Figures (2-core machine shared with other jobs), `python bench/reliability_valid
 run against the tree before this change:
   1. header integers: 651 cases over 15 request codes; after: 0 answered unexpectedly, 20 log lines (one per
      request code and kind), 0 tracebacks; before: 210 answered unexpectedly (63 SYSTEM_ERROR from struct.error /
-     OverflowError in the store, 2^70 accepted as a queue id, ...), 994 log lines, 47 tracebacks.
+     OverflowError in the store, out-of-type values answered SUCCESS), 994 log lines, 47 tracebacks.
   2. offsets: UPDATE_CONSUMER_OFFSET -5 / 1000 (maxOffset 64) / queueId -1 / 99 -> INVALID_PARAMETER with the
      reason; before: all SUCCESS and stored (a pull's commitOffset 1000 was stored too).
   3. group names "bad.group" / 256 x "x" -> INVALID_PARAMETER on heartbeat, send, pull; before: SUCCESS

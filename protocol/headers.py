@@ -11,8 +11,10 @@ At class creation the metaclass generates straight-line `decode`, `encode`, `__i
 conversions and no per-field loop or reflection (this runs once per request on the hot path).
 
 Decoding accepts str/int/bool/float for every field (clients in the wild send JSON numbers and
-booleans), converts by declared type, ignores unknown keys and fills defaults. A missing required
-field, or a value that cannot be converted, raises HeaderError naming the wire key.
+booleans), converts by declared type, ignores unknown keys and fills defaults. Integer fields carry
+their Java width (`int32` for Integer, `int64` for Long; plain `int` means int64) and are range-checked.
+A missing required field, a value that cannot be converted, or an integer its Java type cannot hold
+raises HeaderError naming the wire key (the server answers INVALID_PARAMETER with that text).
 """
 
 from __future__ import annotations
