@@ -170,6 +170,7 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
+    max_pull_suspend_time_millis: int = 60_000  # project key: cap on a pull's suspendTimeoutMillis (long polling)
     slave_read_enable: bool = False
     trace_on: bool = True
     trace_topic_enable: bool = False
@@ -320,6 +321,7 @@ class BrokerConfig:
             "clean_resource_interval",
             "flush_consumer_offset_interval",
             "short_polling_time_mills",
+            "max_pull_suspend_time_millis",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])

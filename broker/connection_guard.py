@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import logging
 import resource
-import time
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol
+
+from broker.log_limit import RateLimitedLog
 
 log = logging.getLogger("broker.connections")
 
 # Frames smaller than this are never budgeted: the kernel's receive buffer per connection is of the same
 # order anyway, and pipelined small requests (whose chunks usually end mid-frame) skip the accountant.
 ACCOUNTED_FRAME_BYTES = 64 * 1024
-LOG_INTERVAL_S = 10.0
 # File descriptors a broker needs besides client connections (store files, listeners, logs).
 FD_HEADROOM = 256
 
@@ -85,39 +85,6 @@ class ConnectionLimits:
 def _key(attr: str) -> str:
     head, *rest = attr.split("_")
     return head + "".join(part.capitalize() for part in rest)
-
-
-class RateLimitedLog:
-    """At most one line per key every `interval` seconds; the next line says how many were left out.
-    Keys name a kind of event (not a peer), so the number of keys stays small."""
-
-    def __init__(self, logger: logging.Logger, interval: float = LOG_INTERVAL_S) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._last: dict[Any, float] = {}
-        self._suppressed: dict[Any, int] = {}
-
-    def log(self, level: int, key: Any, message: str, *args: Any, exc_info: Any = None) -> bool:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval:
-            self._suppressed[key] = self._suppressed.get(key, 0) + 1
-            return False
-        if len(self._last) > 4096:  # unbounded keys would be a leak; forgetting only costs an extra line
-            self._last.clear()
-        self._last[key] = now
-        skipped = self._suppressed.pop(key, 0)
-        if skipped:
-            message += " (%d more like this in the last %.0f s)"
-            args = (*args, skipped, now - last if last is not None else self.interval)
-        self.logger.log(level, message, *args, exc_info=exc_info)
-        return True
-
-    def warning(self, key: Any, message: str, *args: Any, exc_info: Any = None) -> bool:
-        return self.log(logging.WARNING, key, message, *args, exc_info=exc_info)
-
-    def info(self, key: Any, message: str, *args: Any) -> bool:
-        return self.log(logging.INFO, key, message, *args)
 
 
 class FrameHolder(Protocol):

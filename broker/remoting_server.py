@@ -20,9 +20,10 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from broker.connection_guard import ACCOUNTED_FRAME_BYTES, ConnectionGuard
+from broker.log_limit import RateLimitedLog
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
 from protocol.frame import FrameDecoder
@@ -34,6 +35,7 @@ except Exception:  # pragma: no cover - only while protocol/headers.py is missin
         pass
 
 log = logging.getLogger(__name__)
+_request_errors = RateLimitedLog(log)  # bad headers and failing handlers: per request code, one line per 10 s
 
 HandlerResult = Union[RemotingCommand, bytes, None, Awaitable[Union[RemotingCommand, bytes, None]]]
 Handler = Callable[["Channel", RemotingCommand], HandlerResult]
@@ -528,8 +530,10 @@ class RemotingServer:
             channel.send_response(result)
 
     def _error_response(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
-        if isinstance(exc, HeaderError):
+        if isinstance(exc, HeaderError):  # the client's mistake: a remark for it, no traceback for us
+            _request_errors.warning(("header", cmd.code), "%s: request code %s refused: %s", self.name, cmd.code, exc)
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
-        self.guard.log.warning(("request-failed", cmd.code, type(exc)), "%s: request code %s failed: %s",
-                               self.name, cmd.code, exc, exc_info=exc)
+        # A bug: the traceback is logged, but a request that keeps failing does not flood the log.
+        _request_errors.error(("failed", cmd.code, type(exc).__name__), "%s: request code %s failed: %s",
+                              self.name, cmd.code, exc, exc_info=exc)
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, exception_remark(exc))

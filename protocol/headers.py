@@ -11,15 +11,17 @@ At class creation the metaclass generates straight-line `decode`, `encode`, `__i
 conversions and no per-field loop or reflection (this runs once per request on the hot path).
 
 Decoding accepts str/int/bool/float for every field (clients in the wild send JSON numbers and
-booleans), converts by declared type, ignores unknown keys and fills defaults. A missing required
-field, or a value that cannot be converted, raises HeaderError naming the wire key.
+booleans), converts by declared type, ignores unknown keys and fills defaults. Integer fields carry
+their Java width (`int32` for Integer, `int64` for Long; plain `int` means int64) and are range-checked.
+A missing required field, a value that cannot be converted, or an integer its Java type cannot hold
+raises HeaderError naming the wire key (the server answers INVALID_PARAMETER with that text).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-__all__ = ["HeaderError", "F", "Header"]  # header classes are appended at the bottom
+__all__ = ["HeaderError", "F", "Header", "JavaInt", "int32", "int64"]  # header classes are appended at the bottom
 
 
 class HeaderError(ValueError):
@@ -27,28 +29,56 @@ class HeaderError(ValueError):
 
 
 _EMPTY: Mapping[str, Any] = {}
+
+
+class JavaInt:
+    """Marker type for an integer field with a Java width: `int32` (Java int/Integer), `int64` (long/Long).
+
+    Python ints are unbounded; a value outside the Java type would later break struct packing or store
+    arithmetic, so the generated decoder range-checks it (one chained comparison) and raises HeaderError.
+    A field declared with plain `int` gets the int64 range."""
+
+    __slots__ = ("java_name", "lo", "hi")
+
+    def __init__(self, java_name: str, bits: int) -> None:
+        self.java_name = java_name
+        self.lo = -(1 << (bits - 1))
+        self.hi = (1 << (bits - 1)) - 1
+
+    def __repr__(self) -> str:
+        return f"int{self.hi.bit_length() + 1}"
+
+
+int32 = JavaInt("int", 32)
+int64 = JavaInt("long", 64)
 _TYPES = (str, int, bool, float)
 
 
 class F:
     """Declaration of one header field: wire name, type, required flag, default, aliases, V2 short key."""
 
-    __slots__ = ("wire", "type", "required", "default", "aliases", "short", "attr")
+    __slots__ = ("wire", "type", "java_int", "required", "default", "aliases", "short", "attr")
 
     def __init__(
         self,
         wire: str,
-        type: type = str,
+        type: type | JavaInt = str,
         *,
         required: bool = False,
         default: Any = None,
         aliases: tuple[str, ...] = (),
         short: str | None = None,
     ) -> None:
+        java_int: JavaInt | None = None
+        if isinstance(type, JavaInt):
+            java_int, type = type, int
+        elif type is int:
+            java_int = int64
         if type not in _TYPES:
             raise TypeError(f"unsupported header field type {type!r}")
         self.wire = wire
         self.type = type
+        self.java_int = java_int
         self.required = required
         self.default = default
         self.aliases = tuple(aliases)
@@ -87,6 +117,11 @@ def _conv_int(value: Any, key: str) -> int | None:
         if as_float is not None and as_float.is_integer():
             return int(as_float)
     raise HeaderError(f"header field {key!r}: expected an integer, got {str(value)[:60]!r}")
+
+
+def _out_of_range(value: int, key: str, java_name: str) -> HeaderError:
+    text = str(value) if value.bit_length() < 200 else f"{str(value)[:24]}... ({value.bit_length()} bits)"
+    return HeaderError(f"header field {key!r}: value {text} does not fit a Java {java_name}")
 
 
 def _conv_bool(value: Any, key: str) -> bool | None:
@@ -176,6 +211,10 @@ def _decode_source(fields: list[F], use_short: bool) -> list[str]:
             lines.append(f"        raise HeaderError({missing!r})")
         else:
             lines.append(f"        v = _default_{i}")
+        if f.java_int is not None:  # the one comparison the hot path pays per integer field
+            jt = f.java_int
+            lines.append(f"    elif not {jt.lo} <= v <= {jt.hi}:")
+            lines.append(f"        raise _out_of_range(v, {label!r}, {jt.java_name!r})")
         lines.append(f"    self.{f.attr} = v")
     lines.append("    return self")
     return lines
@@ -203,6 +242,7 @@ def _build(cls: type, fields: list[F]) -> None:
         "_new": object.__new__,
         "HeaderError": HeaderError,
         "_conv_int": _conv_int,
+        "_out_of_range": _out_of_range,
         "_conv_bool": _conv_bool,
         "_conv_float": _conv_float,
         "_conv_str": _conv_str,
@@ -292,23 +332,23 @@ class SendMessageRequestHeader(Header):
     producer_group = F("producerGroup", str, required=True, short="a")
     topic = F("topic", str, required=True, short="b")
     default_topic = F("defaultTopic", str, required=True, short="c")
-    default_topic_queue_nums = F("defaultTopicQueueNums", int, required=True, short="d")
-    queue_id = F("queueId", int, required=True, short="e")
-    sys_flag = F("sysFlag", int, required=True, short="f")
-    born_timestamp = F("bornTimestamp", int, required=True, short="g")
-    flag = F("flag", int, required=True, short="h")
+    default_topic_queue_nums = F("defaultTopicQueueNums", int32, required=True, short="d")
+    queue_id = F("queueId", int32, required=True, short="e")
+    sys_flag = F("sysFlag", int32, required=True, short="f")
+    born_timestamp = F("bornTimestamp", int64, required=True, short="g")
+    flag = F("flag", int32, required=True, short="h")
     properties = F("properties", str, short="i")
-    reconsume_times = F("reconsumeTimes", int, default=0, short="j")
+    reconsume_times = F("reconsumeTimes", int32, default=0, short="j")
     unit_mode = F("unitMode", bool, default=False, short="k")
-    max_reconsume_times = F("maxReconsumeTimes", int, short="l")
+    max_reconsume_times = F("maxReconsumeTimes", int32, short="l")
     batch = F("batch", bool, default=False, short="m")
     broker_name = F("brokerName", str, short="n")
 
 
 class SendMessageResponseHeader(Header):
     msg_id = F("msgId", str, required=True)
-    queue_id = F("queueId", int, required=True)
-    queue_offset = F("queueOffset", int, required=True)
+    queue_id = F("queueId", int32, required=True)
+    queue_offset = F("queueOffset", int64, required=True)
     transaction_id = F("transactionId", str)
     batch_uniq_id = F("batchUniqId", str)
     # Present in every send response from the Java broker; the Java client reads them directly.
@@ -319,47 +359,48 @@ class SendMessageResponseHeader(Header):
 class PullMessageRequestHeader(Header):
     consumer_group = F("consumerGroup", str, required=True)
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
-    queue_offset = F("queueOffset", int, required=True)
-    max_msg_nums = F("maxMsgNums", int, required=True)
-    sys_flag = F("sysFlag", int, required=True)
-    commit_offset = F("commitOffset", int, default=0)  # only read when the commit-offset flag is set
-    suspend_timeout_millis = F("suspendTimeoutMillis", int, default=15000)
+    queue_id = F("queueId", int32, required=True)
+    queue_offset = F("queueOffset", int64, required=True)
+    max_msg_nums = F("maxMsgNums", int32, required=True)
+    sys_flag = F("sysFlag", int32, required=True)
+    # Only read when the commit-offset flag is set; missing (None) or -1 means "nothing to commit".
+    commit_offset = F("commitOffset", int64)
+    suspend_timeout_millis = F("suspendTimeoutMillis", int64, default=15000)
     subscription = F("subscription", str)
-    sub_version = F("subVersion", int, default=0)
+    sub_version = F("subVersion", int64, default=0)
     expression_type = F("expressionType", str)
-    max_msg_bytes = F("maxMsgBytes", int)
-    request_source = F("requestSource", int)
+    max_msg_bytes = F("maxMsgBytes", int32)
+    request_source = F("requestSource", int32)
     bname = F("bname", str)
 
 
 class PullMessageResponseHeader(Header):
-    suggest_which_broker_id = F("suggestWhichBrokerId", int, required=True)
-    next_begin_offset = F("nextBeginOffset", int, required=True)
-    min_offset = F("minOffset", int, required=True)
-    max_offset = F("maxOffset", int, required=True)
-    topic_sys_flag = F("topicSysFlag", int)
-    group_sys_flag = F("groupSysFlag", int)
-    offset_delta = F("offsetDelta", int)
-    forbidden_type = F("forbiddenType", int)
+    suggest_which_broker_id = F("suggestWhichBrokerId", int64, required=True)
+    next_begin_offset = F("nextBeginOffset", int64, required=True)
+    min_offset = F("minOffset", int64, required=True)
+    max_offset = F("maxOffset", int64, required=True)
+    topic_sys_flag = F("topicSysFlag", int32)
+    group_sys_flag = F("groupSysFlag", int32)
+    offset_delta = F("offsetDelta", int64)
+    forbidden_type = F("forbiddenType", int32)
 
 
 class QueryConsumerOffsetRequestHeader(Header):
     consumer_group = F("consumerGroup", str, required=True)
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
+    queue_id = F("queueId", int32, required=True)
     set_zero_if_not_found = F("setZeroIfNotFound", bool)
 
 
 class QueryConsumerOffsetResponseHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
 
 
 class UpdateConsumerOffsetRequestHeader(Header):
     consumer_group = F("consumerGroup", str, required=True)
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
-    commit_offset = F("commitOffset", int, required=True)
+    queue_id = F("queueId", int32, required=True)
+    commit_offset = F("commitOffset", int64, required=True)
 
 
 class GetConsumerListByGroupRequestHeader(Header):
@@ -368,60 +409,60 @@ class GetConsumerListByGroupRequestHeader(Header):
 
 class GetMaxOffsetRequestHeader(Header):
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
+    queue_id = F("queueId", int32, required=True)
     committed = F("committed", bool, default=True)
 
 
 class GetMaxOffsetResponseHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
 
 
 class GetMinOffsetRequestHeader(Header):
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
+    queue_id = F("queueId", int32, required=True)
 
 
 class GetMinOffsetResponseHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
 
 
 class SearchOffsetRequestHeader(Header):
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
-    timestamp = F("timestamp", int, required=True)
+    queue_id = F("queueId", int32, required=True)
+    timestamp = F("timestamp", int64, required=True)
     boundary_type = F("boundaryType", str, default="LOWER")
 
 
 class SearchOffsetResponseHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
 
 
 class GetEarliestMsgStoretimeRequestHeader(Header):
     topic = F("topic", str, required=True)
-    queue_id = F("queueId", int, required=True)
+    queue_id = F("queueId", int32, required=True)
 
 
 class GetEarliestMsgStoretimeResponseHeader(Header):
-    timestamp = F("timestamp", int, required=True)
+    timestamp = F("timestamp", int64, required=True)
 
 
 class ViewMessageRequestHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
     topic = F("topic", str)
 
 
 class QueryMessageRequestHeader(Header):
     topic = F("topic", str, required=True)
     key = F("key", str, required=True)
-    max_num = F("maxNum", int, required=True)
-    begin_timestamp = F("beginTimestamp", int, required=True)
-    end_timestamp = F("endTimestamp", int, required=True)
+    max_num = F("maxNum", int32, required=True)
+    begin_timestamp = F("beginTimestamp", int64, required=True)
+    end_timestamp = F("endTimestamp", int64, required=True)
     unique_key_query = F("_UNIQUE_KEY_QUERY", bool, default=False)
 
 
 class QueryMessageResponseHeader(Header):
-    index_last_update_timestamp = F("indexLastUpdateTimestamp", int, required=True)
-    index_last_update_phyoffset = F("indexLastUpdatePhyoffset", int, required=True)
+    index_last_update_timestamp = F("indexLastUpdateTimestamp", int64, required=True)
+    index_last_update_phyoffset = F("indexLastUpdatePhyoffset", int64, required=True)
 
 
 class UnregisterClientRequestHeader(Header):
@@ -431,13 +472,13 @@ class UnregisterClientRequestHeader(Header):
 
 
 class ConsumerSendMsgBackRequestHeader(Header):
-    offset = F("offset", int, required=True)
+    offset = F("offset", int64, required=True)
     group = F("group", str, required=True)
-    delay_level = F("delayLevel", int, required=True)
+    delay_level = F("delayLevel", int32, required=True)
     origin_msg_id = F("originMsgId", str)
     origin_topic = F("originTopic", str)
     unit_mode = F("unitMode", bool, default=False)
-    max_reconsume_times = F("maxReconsumeTimes", int)
+    max_reconsume_times = F("maxReconsumeTimes", int32)
     bname = F("bname", str)
 
 
@@ -455,11 +496,11 @@ class RegisterBrokerRequestHeader(Header):
     broker_addr = F("brokerAddr", str, required=True)
     cluster_name = F("clusterName", str, required=True)
     ha_server_addr = F("haServerAddr", str, required=True)
-    broker_id = F("brokerId", int, required=True)
-    heartbeat_timeout_millis = F("heartbeatTimeoutMillis", int)
+    broker_id = F("brokerId", int64, required=True)
+    heartbeat_timeout_millis = F("heartbeatTimeoutMillis", int64)
     enable_acting_master = F("enableActingMaster", bool)
     compressed = F("compressed", bool, default=False)
-    body_crc32 = F("bodyCrc32", int, default=0)
+    body_crc32 = F("bodyCrc32", int32, default=0)
 
 
 class RegisterBrokerResponseHeader(Header):
@@ -471,17 +512,17 @@ class UnregisterBrokerRequestHeader(Header):
     broker_name = F("brokerName", str, required=True)
     broker_addr = F("brokerAddr", str, required=True)
     cluster_name = F("clusterName", str, required=True)
-    broker_id = F("brokerId", int, required=True)
+    broker_id = F("brokerId", int64, required=True)
 
 
 class CreateTopicRequestHeader(Header):
     topic = F("topic", str, required=True)
     default_topic = F("defaultTopic", str, default="TBW102")
-    read_queue_nums = F("readQueueNums", int, required=True)
-    write_queue_nums = F("writeQueueNums", int, required=True)
-    perm = F("perm", int, required=True)
+    read_queue_nums = F("readQueueNums", int32, required=True)
+    write_queue_nums = F("writeQueueNums", int32, required=True)
+    perm = F("perm", int32, required=True)
     topic_filter_type = F("topicFilterType", str, default="SINGLE_TAG")
-    topic_sys_flag = F("topicSysFlag", int, default=0)
+    topic_sys_flag = F("topicSysFlag", int32, default=0)
     order = F("order", bool, default=False)
     attributes = F("attributes", str)
 
@@ -492,9 +533,9 @@ class DeleteTopicRequestHeader(Header):
 
 class EndTransactionRequestHeader(Header):
     producer_group = F("producerGroup", str, required=True)
-    tran_state_table_offset = F("tranStateTableOffset", int, required=True)
-    commit_log_offset = F("commitLogOffset", int, required=True)
-    commit_or_rollback = F("commitOrRollback", int, required=True)
+    tran_state_table_offset = F("tranStateTableOffset", int64, required=True)
+    commit_log_offset = F("commitLogOffset", int64, required=True)
+    commit_or_rollback = F("commitOrRollback", int32, required=True)
     from_transaction_check = F("fromTransactionCheck", bool, default=False)
     msg_id = F("msgId", str, required=True)
     transaction_id = F("transactionId", str)
@@ -502,8 +543,8 @@ class EndTransactionRequestHeader(Header):
 
 
 class CheckTransactionStateRequestHeader(Header):
-    tran_state_table_offset = F("tranStateTableOffset", int, required=True)
-    commit_log_offset = F("commitLogOffset", int, required=True)
+    tran_state_table_offset = F("tranStateTableOffset", int64, required=True)
+    commit_log_offset = F("commitLogOffset", int64, required=True)
     msg_id = F("msgId", str)
     transaction_id = F("transactionId", str)
     offset_msg_id = F("offsetMsgId", str)
@@ -531,10 +572,10 @@ class ResendDlqMessageRequestHeader(Header):
     ``topic`` overrides the target (default: the record's RETRY_TOPIC), ``queueId`` < 0 picks one."""
 
     group = F("group", str, required=True)
-    offset = F("offset", int)
+    offset = F("offset", int64)
     msg_id = F("msgId", str)
     topic = F("topic", str)
-    queue_id = F("queueId", int, default=-1)
+    queue_id = F("queueId", int32, default=-1)
 
 
 class DeleteTopicFromNamesrvRequestHeader(Header):

@@ -41,7 +41,8 @@ DLQ_NUMS_PER_GROUP = 1
 
 TOPIC_MAX_LENGTH = 127
 RETRY_DLQ_TOPIC_MAX_LENGTH = 255
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+GROUP_MAX_LENGTH = 255  # the reference client's Validators.CHARACTER_MAX_LENGTH
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would let a trailing newline through
 
 # Producers may not send to these directly (RocketMQ's "not allowed send" system topics).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
@@ -68,8 +69,23 @@ def validate_topic(topic: str | None) -> str | None:
     )
     if len(topic) > limit:
         return f"The specified topic is longer than topic max length {limit}."
-    if not _TOPIC_CHARS.match(topic):
+    if not _TOPIC_CHARS.fullmatch(topic):
         return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def validate_group(group: str | None) -> str | None:
+    """None when ``group`` is a legal producer/consumer group name, else the reason (the response remark).
+
+    The rules of the reference client's Validators.checkGroup (a Java client never sends anything else):
+    not blank, at most 255 characters, only ``[%|a-zA-Z0-9_-]`` (``%`` for namespaces and %RETRY%/%DLQ%)."""
+    if not group or not group.strip():
+        return "the specified group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the specified group is longer than group max length {GROUP_MAX_LENGTH} ({len(group)} characters)"
+    if not _TOPIC_CHARS.fullmatch(group):
+        shown = group if len(group) <= 64 else group[:64] + "..."
+        return f"the specified group[{shown}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     return None
 
 

@@ -60,6 +60,26 @@ def _runtime_text(seconds: float) -> str:
     return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
 
 
+_INT32_MAX = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _subscription_group_range_problem(config: SubscriptionGroupConfig) -> str | None:
+    """The reason a group config's numbers are unusable (Java int/long fields; retry queues become a topic)."""
+    if not 0 <= config.retry_queue_nums <= MAX_QUEUE_NUMS:
+        return f"retryQueueNums must be between 0 and {MAX_QUEUE_NUMS}, got {config.retry_queue_nums}"
+    if not -1 <= config.retry_max_times <= _INT32_MAX:
+        return f"retryMaxTimes must be between -1 and {_INT32_MAX}, got {config.retry_max_times}"
+    for name, value in (("groupSysFlag", config.group_sys_flag), ("consumeTimeoutMinute", config.consume_timeout_minute)):
+        if not -_INT32_MAX - 1 <= value <= _INT32_MAX:
+            return f"{name} does not fit a Java int, got {value}"
+    for name, value in (("brokerId", config.broker_id),
+                        ("whichBrokerWhenConsumeSlowly", config.which_broker_when_consume_slowly)):
+        if not _INT64[0] <= value <= _INT64[1]:
+            return f"{name} does not fit a Java long, got {value}"
+    return None
+
+
 class AdminProcessor(BrokerProcessor):
     def __init__(self, broker: "Broker") -> None:
         super().__init__(broker)
@@ -208,9 +228,12 @@ class AdminProcessor(BrokerProcessor):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed SubscriptionGroupConfig: {exc}")
         if config is None or not config.group_name:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, "SubscriptionGroupConfig body needs 'groupName'")
-        if config.retry_queue_nums < 0 or config.retry_max_times < -1:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
-                                     "retryQueueNums must be >= 0 and retryMaxTimes >= -1")
+        problem = self.group_problem(config.group_name)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"groupName: {problem}")
+        problem = _subscription_group_range_problem(config)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
         existed = self.groups.find(config.group_name) is not None
         self.groups.update(config)
         log.info("subscription group %s %s by %s (retryQueueNums=%d retryMaxTimes=%d consumeEnable=%s)",

@@ -66,9 +66,12 @@ class ClientManageProcessor(BrokerProcessor):
         try:
             data = HeartbeatData.decode(cmd.body) if cmd.body else HeartbeatData()
         except ValueError as exc:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed heartbeat body: {exc}")
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed heartbeat body: {exc}")
         if not data.client_id:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, "heartbeat body: missing field 'clientID'")
+        problem = self._heartbeat_group_problem(data)
+        if problem is not None:  # refused whole: a Java client's Validators would never have let it out
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
         self._watch_channel(channel)
         language = cmd.language if isinstance(cmd.language, str) else str(cmd.language)
         sub_changed = False
@@ -99,9 +102,26 @@ class ClientManageProcessor(BrokerProcessor):
             "serializeTypes": SERIALIZE_TYPES_ANNOUNCEMENT,
         })
 
+    def _heartbeat_group_problem(self, data: HeartbeatData) -> str | None:
+        """The first illegal group name of a heartbeat as an error remark; None when all are legal."""
+        for consumer in data.consumers:
+            problem = self.group_problem(consumer.group_name)
+            if problem is not None:
+                return f"heartbeat consumerDataSet: {problem}"
+        for producer in data.producers:
+            if producer.group_name:  # an unnamed producer entry registers nothing and is skipped
+                problem = self.group_problem(producer.group_name)
+                if problem is not None:
+                    return f"heartbeat producerDataSet: {problem}"
+        return None
+
     # ---- UNREGISTER_CLIENT -----------------------------------------------------------------------
     def unregister_client(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = UnregisterClientRequestHeader.decode(cmd.ext_fields)
+        for name, group in (("producerGroup", header.producer_group), ("consumerGroup", header.consumer_group)):
+            problem = self.group_problem(group) if group else None
+            if problem is not None:
+                return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"{name}: {problem}")
         if header.producer_group:
             self.producers.unregister(header.producer_group, header.client_id)
         if header.consumer_group:
@@ -126,7 +146,7 @@ class ClientManageProcessor(BrokerProcessor):
         try:
             body = CheckClientRequestBody.decode(cmd.body) if cmd.body else CheckClientRequestBody()
         except ValueError as exc:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed check-client body: {exc}")
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed check-client body: {exc}")
         sub = body.subscription_data
         expression_type = normalize_expression_type(sub.expression_type if sub else None)
         if expression_type == EXPRESSION_TAG:

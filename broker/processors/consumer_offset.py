@@ -1,9 +1,16 @@
-"""QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) — reference §4.5."""
+"""QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) — reference §4.5.
+
+An update is checked before it is stored: a legal group name, a queue the topic has, and an offset that can be
+a position in that queue (0..maxOffset, maxOffset meaning "everything consumed"). Java clients send updates
+one-way, so a refusal is also logged (rate-limited): nobody else would ever see it.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.log_limit import RateLimitedLog
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
@@ -11,6 +18,9 @@ from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
     from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+_refusals = RateLimitedLog(log)
 
 
 class ConsumerOffsetProcessor(BrokerProcessor):
@@ -35,6 +45,9 @@ class ConsumerOffsetProcessor(BrokerProcessor):
 
     def query_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = QueryConsumerOffsetRequestHeader.decode(cmd.ext_fields)
+        problem = self.group_problem(header.consumer_group)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         offset = self.offsets.query_offset(header.consumer_group, header.topic, header.queue_id)
         if offset >= 0:
             return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
@@ -44,11 +57,33 @@ class ConsumerOffsetProcessor(BrokerProcessor):
 
     def update_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = UpdateConsumerOffsetRequestHeader.decode(cmd.ext_fields)
-        group = header.consumer_group
+        group, topic, queue_id, offset = header.consumer_group, header.topic, header.queue_id, header.commit_offset
+        problem = self.group_problem(group)
+        if problem is not None:
+            return self._refuse(channel, cmd, ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         if self.groups.find_or_create(group) is None:
-            return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        if self.topics.get(header.topic) is None:
-            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
-        self.offsets.commit_offset(group, header.topic, header.queue_id, header.commit_offset,
-                                   getattr(channel, "remote_addr", None))
+            return self._refuse(channel, cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group not exist, {group}")
+        topic_config = self.topics.get(topic)
+        if topic_config is None:
+            return self._refuse(channel, cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        if not 0 <= queue_id < topic_config.read_queue_nums:
+            return self._refuse(channel, cmd, ResponseCode.INVALID_PARAMETER,
+                                f"queueId[{queue_id}] is illegal, topic[{topic}] has "
+                                f"{topic_config.read_queue_nums} read queues")
+        if offset < 0:
+            return self._refuse(channel, cmd, ResponseCode.INVALID_PARAMETER,
+                                f"commitOffset[{offset}] is illegal: an offset is never negative "
+                                f"(topic[{topic}] queueId[{queue_id}] group[{group}])")
+        max_offset = self.store.get_max_offset(topic, queue_id)
+        if offset > max_offset:
+            return self._refuse(channel, cmd, ResponseCode.INVALID_PARAMETER,
+                                f"commitOffset[{offset}] is illegal: beyond the queue's maxOffset {max_offset} "
+                                f"(topic[{topic}] queueId[{queue_id}] group[{group}])")
+        self.offsets.commit_offset(group, topic, queue_id, offset, getattr(channel, "remote_addr", None))
         return cmd.make_response(ResponseCode.SUCCESS)
+
+    def _refuse(self, channel: Any, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        _refusals.warning(("update-offset", code), "consumer offset update from %s refused (code %d): %s",
+                          getattr(channel, "remote_addr", "?"), code, remark)
+        return cmd.make_response(code, remark)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.managers.topic_config import validate_group
 from protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -28,7 +29,10 @@ class LockProcessor:
         try:
             request = LockBatchRequestBody.decode(cmd.body)
         except ValueError as exc:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed LOCK_BATCH_MQ body: {exc}")
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed LOCK_BATCH_MQ body: {exc}")
+        problem = validate_group(request.consumer_group)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         granted = self.locks.try_lock_batch(request.consumer_group, request.mq_set, request.client_id)
         return cmd.make_response(ResponseCode.SUCCESS, None, None, LockBatchResponseBody(granted).encode())
 
@@ -36,6 +40,9 @@ class LockProcessor:
         try:
             request = UnlockBatchRequestBody.decode(cmd.body)
         except ValueError as exc:
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"malformed UNLOCK_BATCH_MQ body: {exc}")
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed UNLOCK_BATCH_MQ body: {exc}")
+        problem = validate_group(request.consumer_group)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         self.locks.unlock_batch(request.consumer_group, request.mq_set, request.client_id)
         return cmd.make_response(ResponseCode.SUCCESS)

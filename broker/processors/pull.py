@@ -22,6 +22,7 @@ from broker.filter import (
     normalize_expression_type,
     retry_filter,
 )
+from broker.log_limit import RateLimitedLog
 from broker.long_polling import WAKE_SHUTDOWN, HeldPull, PullRequestHoldService
 from protocol.codes import (
     PERM_READ,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from broker.broker import Broker
 
 log = logging.getLogger(__name__)
+_ignored = RateLimitedLog(log)  # per-pull notices (a commitOffset not stored): one line per 10 s
 
 # Consume-queue units examined per filtered pull at most (the reference's 16000-byte scan); the
 # response's nextBeginOffset tells the client where to continue.
@@ -253,6 +255,10 @@ class PullProcessor(BrokerProcessor):
                                      f"the broker[{cfg.broker_ip1}] pulling message is forbidden",
                                      {"forbiddenType": "1"})
         group = header.consumer_group
+        if group not in self._valid_groups:
+            problem = self.group_problem(group)
+            if problem is not None:  # before find_or_create: a bad name must not become a persisted group
+                return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         group_config = self.groups.find_or_create(group)
         if group_config is None:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -294,11 +300,14 @@ class PullProcessor(BrokerProcessor):
 
         # Commit the consumer's offset on the first processing only (never on a long-poll re-run).
         if allow_suspend and header.sys_flag & PULL_FLAG_COMMIT_OFFSET and cfg.is_master:
-            self.offsets.commit_offset(group, topic, queue_id, header.commit_offset)
+            self._commit_pulled_offset(channel, group, topic, queue_id, header.commit_offset, result.max_offset)
 
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and header.sys_flag & PULL_FLAG_SUSPEND:
-            timeout_ms = header.suspend_timeout_millis if cfg.long_polling_enable else cfg.short_polling_time_mills
-            if timeout_ms is None or timeout_ms < 0:
+            if cfg.long_polling_enable:  # the client's wish, capped: nobody parks a request for days
+                timeout_ms = min(header.suspend_timeout_millis or 0, cfg.max_pull_suspend_time_millis)
+            else:
+                timeout_ms = cfg.short_polling_time_mills
+            if timeout_ms < 0:
                 timeout_ms = 0
             held = HeldPull(channel, cmd, header, topic, queue_id, offset,
                             message_filter.tag_filter if message_filter is not None else None)
@@ -320,6 +329,22 @@ class PullProcessor(BrokerProcessor):
             buffers = result.buffers
             body = buffers[0] if len(buffers) == 1 and type(buffers[0]) is bytes else b"".join(buffers)
         return cmd.make_response(code, status, ext, body)
+
+    def _commit_pulled_offset(self, channel: Any, group: str, topic: str, queue_id: int, offset: int | None,
+                              max_offset: int) -> None:
+        """Store a pull's commitOffset when it can be a real position in the queue (0..maxOffset).
+
+        -1 (or no value) is what clients send when they have nothing to commit. Anything else outside the
+        queue would make the group skip messages or re-read from a position that never existed, so it is not
+        stored; the pull itself is still answered."""
+        if offset is None or offset == -1:
+            return
+        if 0 <= offset <= max_offset:
+            self.offsets.commit_offset(group, topic, queue_id, offset)
+            return
+        _ignored.warning("commitOffset", "pull from %s: commitOffset %d of %s@%s queue %d is outside "
+                         "0..maxOffset %d; not stored", getattr(channel, "remote_addr", "?"), offset, topic,
+                         group, queue_id, max_offset)
 
     # ---- long polling ------------------------------------------------------------------------------
     def on_message_arrival(self, topic: str, queue_id: int, max_offset: int, tags_codes: Any = None) -> None:

@@ -94,6 +94,9 @@ class RetryProcessor(BrokerProcessor):
     def consumer_send_msg_back(self, channel: Any, cmd: RemotingCommand):
         header = ConsumerSendMsgBackRequestHeader.decode(cmd.ext_fields)
         group = header.group
+        problem = self.group_problem(group)
+        if problem is not None:  # before find_or_create: a bad name must not become a persisted group
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"group: {problem}")
         group_config = self.groups.find_or_create(group)
         if group_config is None:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -183,6 +186,9 @@ class RetryProcessor(BrokerProcessor):
 
     def resend_dlq_message(self, channel: Any, cmd: RemotingCommand):
         header = ResendDlqMessageRequestHeader.decode(cmd.ext_fields)
+        problem = self.group_problem(header.group)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"group: {problem}")
         if header.offset is None and not header.msg_id:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, "either 'offset' or 'msgId' is required")
         dlq = DLQ_GROUP_TOPIC_PREFIX + header.group

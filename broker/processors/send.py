@@ -122,6 +122,10 @@ class SendProcessor(BrokerProcessor):
                      ) -> tuple[TopicConfig | None, RemotingCommand | None]:
         """Checks of §4.3.2 step 2; returns the topic config or an error response."""
         topic = header.topic
+        if header.producer_group not in self._valid_groups:
+            problem = self.group_problem(header.producer_group)
+            if problem is not None:
+                return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, f"producerGroup: {problem}")
         if not self.config.broker_permission & PERM_WRITE:
             return None, self._error(cmd, ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.config.broker_ip1}] sending message is forbidden")

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from broker.log_limit import RateLimitedLog  # a leaf module (stdlib only), not a higher floor
 from protocol.properties import decode_properties
 
 from . import recovery
@@ -24,6 +25,9 @@ from .mapped_file import StoreDiskFullError
 from .types import MessageToStore, PutResult, PutStatus, StoreConfig
 
 log = logging.getLogger(__name__)
+# Put errors repeat for every message while the cause lasts (disk full, unwritable directory): one line per
+# cause every 10 s, counting the rest.
+_put_errors = RateLimitedLog(log)
 
 ArrivalListener = Callable[[str, int, int, "int | list[int]"], None]
 
@@ -172,11 +176,11 @@ class MessageAppender:
                 msgs, props_list, sizes, total, topic, topic_bytes, queue_id, first_qoff,
                 1 if dispatch_cq else 0, now, fast)
         except StoreDiskFullError as exc:
-            log.error("put refused: %s", exc)
+            _put_errors.error("disk-full", "put refused: %s", exc)
             return self._fail(PutStatus.DISK_FULL, "service not available now: the broker's disk is full, "
                                                    "cannot create a store file (%s)" % exc.strerror)
         except OSError as exc:
-            log.error("put failed: cannot create a store file: %s", exc)
+            _put_errors.error("create-file", "put failed: cannot create a store file: %s", exc)
             return self._fail(PutStatus.UNKNOWN_ERROR, "create mapped file failed: %s" % exc)
         self.last_store_timestamp = now
         count = len(msgs)
@@ -202,7 +206,7 @@ class MessageAppender:
                 else:
                     self._index_general(index, topic, msgs, phys_list, now)
             except OSError as exc:
-                log.error("index file creation failed: %s (messages stay pullable)", exc)
+                _put_errors.error("index-file", "index file creation failed: %s (messages stay pullable)", exc)
         stats = self.stats
         stats["put_messages"] += count
         stats["put_bytes"] += total
@@ -249,7 +253,7 @@ class MessageAppender:
             try:
                 index.put_one(index.hasher(topic, m.uniq_key), phys, now)
             except OSError as exc:
-                log.error("index file creation failed: %s (messages stay pullable)", exc)
+                _put_errors.error("index-file", "index file creation failed: %s (messages stay pullable)", exc)
         stats = self.stats
         stats["put_messages"] += 1
         stats["put_bytes"] += size

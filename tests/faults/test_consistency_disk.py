@@ -56,20 +56,27 @@ async def test_auto_created_queues_use_disk_for_what_they_hold(broker):
 
 
 async def test_clean_up_of_unconsumed_messages_names_the_groups(broker_factory):
-    broker = broker_factory(extra={"mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0,
-                                   "deleteWhen": ";".join(str(h) for h in range(24)), "cleanResourceInterval": 200})
-    commits = {("slow", 0): 3, ("slow", 1): 0, ("done", 0): 10_000, ("done", 1): 10_000}
-    async with await WireClient.connect(broker.addr) as client:
-        for q in (0, 1):  # creates the topic (offsets can only be committed on an existing one)
-            assert (await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("Backlog", q), b"b" * 1000)).code == 0
-        for (group, q), offset in commits.items():
-            commit = {"consumerGroup": group, "topic": "Backlog", "queueId": str(q), "commitOffset": str(offset)}
-            assert (await client.request(RC.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    # Offsets can only be committed inside a queue, so the backlog is written and the offsets committed first
+    # (files kept), then the broker is restarted on the same store with every file expired.
+    retention = {"mappedFileSizeCommitLog": 64 * 1024, "deleteWhen": ";".join(str(h) for h in range(24)),
+                 "cleanResourceInterval": 200}
+    writer = broker_factory("backlog", extra={**retention, "fileReservedTime": 72})
+    async with await WireClient.connect(writer.addr) as client:
         for i in range(300):
             client.send_nowait(client.make(RC.SEND_MESSAGE_V2, send_v2_fields("Backlog", i % 2), b"b" * 1000))
         resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("Backlog", 0), b"b" * 1000)
         assert resp.code == 0
-
+        maxes = []
+        for q in (0, 1):
+            resp = await client.request(RC.GET_MAX_OFFSET, {"topic": "Backlog", "queueId": str(q)})
+            maxes.append(int(resp.ext_fields["offset"]))
+        commits = {("slow", 0): 3, ("slow", 1): 0, ("done", 0): maxes[0], ("done", 1): maxes[1]}
+        for (group, q), offset in commits.items():
+            commit = {"consumerGroup": group, "topic": "Backlog", "queueId": str(q), "commitOffset": str(offset)}
+            assert (await client.request(RC.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    writer.stop()
+    broker = broker_factory("backlog", extra={**retention, "fileReservedTime": 0})
+    async with await WireClient.connect(broker.addr) as client:
         commit_log = broker.store_dir / "commitlog"
         deadline = time.monotonic() + 20
         while len(os.listdir(commit_log)) > 1:  # everything but the file being written expires at once

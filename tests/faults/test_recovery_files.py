@@ -38,7 +38,7 @@ async def test_cut_middle_commit_log_file_is_a_one_line_error(broker_factory):
 
 
 async def test_changed_mapped_file_size_is_a_one_line_error_naming_the_size(broker_factory):
-    broker = await _filled(broker_factory, "resized")
+    await _filled(broker_factory, "resized")
     changed = broker_factory("resized", start=False, extra={"mappedFileSizeCommitLog": 2 * MB})
     code, output = run_refused(changed)
     assert code == EXIT_STORE_FILE_ERROR

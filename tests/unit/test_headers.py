@@ -95,11 +95,37 @@ def test_numbers_bools_and_strings_are_all_accepted():
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [("12", 12), (12, 12), (12.0, 12), ("-1", -1), (" 7 ", 7), ("3.0", 3), (True, 1), ("9223372036854775807", 2**63 - 1)],
+    [("12", 12), (12, 12), (12.0, 12), ("-1", -1), (" 7 ", 7), ("3.0", 3), (True, 1), ("2147483647", 2**31 - 1),
+     ("-2147483648", -(2**31))],
 )
 def test_int_conversion(raw, expected):
     h = H.GetMaxOffsetRequestHeader.decode({"topic": "t", "queueId": raw})
     assert h.queue_id == expected and type(h.queue_id) is int
+
+
+@pytest.mark.parametrize("raw", ["2147483648", "-2147483649", 2**31, "1e12", str(2**70), 2.0**80])
+def test_int32_field_out_of_range_names_field_and_type(raw):
+    """queueId is a Java Integer: a value it cannot hold is a header error, not a later struct.error."""
+    with pytest.raises(HeaderError, match=r"'queueId'.*does not fit a Java int$"):
+        H.GetMaxOffsetRequestHeader.decode({"topic": "t", "queueId": raw})
+
+
+@pytest.mark.parametrize("raw,ok", [("9223372036854775807", True), ("-9223372036854775808", True),
+                                    ("9223372036854775808", False), ("-9223372036854775809", False),
+                                    ("1" * 4000, False)])
+def test_int64_field_range(raw, ok):
+    """offset is a Java Long: the full int64 range decodes, one past it is refused naming the field."""
+    if ok:
+        assert H.ViewMessageRequestHeader.decode({"offset": raw}).offset == int(raw)
+    else:
+        with pytest.raises(HeaderError, match=r"'offset'.*does not fit a Java long"):
+            H.ViewMessageRequestHeader.decode({"offset": raw})
+
+
+def test_v2_short_key_range_error_names_both_keys():
+    ext = {"a": "g", "b": "t", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": str(2**70)}
+    with pytest.raises(HeaderError, match=r"'h \(flag\)'.*does not fit a Java int"):
+        H.SendMessageRequestHeader.decode_v2(ext)
 
 
 @pytest.mark.parametrize("raw", ["abc", "1x", 1.5, [1], {"a": 1}])
@@ -146,7 +172,8 @@ def test_defaults_are_filled():
     pull = H.PullMessageRequestHeader.decode(
         {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 2}
     )
-    assert pull.commit_offset == 0 and pull.sub_version == 0 and pull.expression_type is None
+    # no commitOffset means nothing to commit (a default of 0 would reset the group's offset)
+    assert pull.commit_offset is None and pull.sub_version == 0 and pull.expression_type is None
 
 
 def test_encode_writes_strings_and_omits_none():
