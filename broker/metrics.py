@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from broker.log_limit import RateLimitedLog
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 
@@ -77,30 +78,6 @@ class LatencyHistogram:
         return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=self.sum)
 
 
-class RateLimitedWarnings:
-    """At most one warning per key every `interval` seconds; the next one says how many were skipped."""
-
-    def __init__(self, logger: logging.Logger, interval: float = WARN_INTERVAL_S) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._last: dict[Any, float] = {}
-        self._suppressed: dict[Any, int] = defaultdict(int)
-
-    def warn(self, key: Any, message: str, *args: Any) -> bool:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval:
-            self._suppressed[key] += 1
-            return False
-        self._last[key] = now
-        skipped = self._suppressed.pop(key, 0)
-        if skipped:
-            message += " (%d similar warnings suppressed)"
-            args = (*args, skipped)
-        self.logger.warning(message, *args)
-        return True
-
-
 def _dir_size(path: str) -> int:
     total = 0
     try:
@@ -140,7 +117,7 @@ class BrokerMetrics:
         self.broker = broker
         self.enabled = bool(broker.config.metrics_port)
         self.slow_flush_s = max(0, int(getattr(broker.config, "slow_flush_warn_millis", 1000))) / 1000.0
-        self.warnings = RateLimitedWarnings(log)
+        self.warnings = RateLimitedLog(log, WARN_INTERVAL_S)
         self.messages_in: dict[str, int] = defaultdict(int)
         self.bytes_in: dict[str, int] = defaultdict(int)
         self.messages_out: dict[str, int] = defaultdict(int)
@@ -223,7 +200,7 @@ class BrokerMetrics:
         code_name = _response_name(response.code)
         if self.enabled:
             self.rejected[(family, code_name)] += 1
-        self.warnings.warn((family, response.code),
+        self.warnings.warning((family, response.code),
                            "rejected %s from %s (topic %s): %s %s", _request_name(cmd.code),
                            getattr(channel, "remote_addr", "?"), topic or "?", code_name, response.remark or "")
 
@@ -372,7 +349,7 @@ class BrokerMetrics:
                 elapsed = time.perf_counter() - started
                 histogram.observe(elapsed)
                 if threshold and elapsed >= threshold:
-                    warnings.warn("slow-flush", "slow commit log flush: %.0f ms (warning threshold %d ms)",
+                    warnings.warning("slow-flush", "slow commit log flush: %.0f ms (warning threshold %d ms)",
                                   elapsed * 1000, int(threshold * 1000))
 
         return timed_flush

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import pytest
 
-from broker.metrics import LatencyHistogram, RateLimitedWarnings
+from broker.metrics import LatencyHistogram
 from client.admin.cli import build_parser, parse_time_ms
 from protocol.admin_bodies import (
     ConsumeStats,
@@ -105,14 +104,3 @@ def test_latency_histogram_buckets_are_cumulative():
     assert abs(hist.sum - 2.0065) < 1e-9
 
 
-def test_rate_limited_warnings(caplog):
-    logger = logging.getLogger("test.ratelimit")
-    warnings = RateLimitedWarnings(logger, interval=3600)
-    with caplog.at_level(logging.WARNING, logger="test.ratelimit"):
-        assert warnings.warn("k", "first %s", 1)
-        assert not warnings.warn("k", "second %s", 2)
-        assert warnings.warn("other", "other key")
-        warnings._last["k"] = -1e9  # pretend the interval passed
-        assert warnings.warn("k", "third %s", 3)
-    messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["first 1", "other key", "third 3 (1 similar warnings suppressed)"]
