@@ -176,17 +176,23 @@ class PullProcessor(BrokerProcessor):
         return retry_filter(lookup)
 
     def _arrival_check(self, topic: str, queue_id: int, message_filter: MessageFilter):
-        """For held SQL pulls: does any of the `count` messages that just arrived match?"""
+        """For held SQL pulls: does any of the `count` messages that just arrived match?
+
+        At most the filtered pull's own scan budget is evaluated per arrival; when more arrived than that, the
+        pull is woken without looking further (its answer scans a bounded range and says where to go on), so a
+        burst of arrivals never costs a held pull more than one pull's worth of evaluation."""
         store = self.store
+        budget = _filter_scan_units(message_filter)
 
         def check(held: HeldPull, max_offset: int, count: int) -> bool:
             start = max(held.queue_offset, max_offset - count)
             if start >= max_offset:
                 return False
-            found = store.get_messages(topic, queue_id, start, max_offset - start,
+            examine = min(max_offset - start, budget)
+            found = store.get_messages(topic, queue_id, start, examine,
                                        tag_filter=message_filter.tag_filter,
-                                       record_filter=message_filter.record_filter, max_scan=max_offset - start)
-            return found.message_count > 0
+                                       record_filter=message_filter.record_filter, max_scan=examine)
+            return found.message_count > 0 or examine < max_offset - start
 
         return check
 

@@ -8,6 +8,7 @@ without holding the loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -15,6 +16,7 @@ import pytest
 
 from broker.filter.sql92 import MAX_IN_ITEMS, MAX_SELECTOR_LENGTH, MAX_TERMS
 from protocol.codes import RequestCode as RC, ResponseCode as R
+from protocol.message import BatchEntry, encode_batch_body
 
 from integration.wire import WireClient, props, pull_fields, records, send_v2_fields
 
@@ -148,3 +150,28 @@ async def test_largest_accepted_selectors_are_served_without_stalling(sql_broker
                         break
                 assert found == [b"wanted"], selector[:60]
         assert probe.max_latency < PROBE_BOUND_S, f"side client waited {probe.max_latency:.1f} s"
+
+
+async def test_a_held_pull_with_a_costly_selector_wakes_after_a_bounded_check_of_a_burst(sql_broker):
+    """A held SQL pull evaluates at most one pull's scan budget of newly arrived messages: with more arrivals
+    than that and no match among them it is answered (retry at once, from where the check stopped) instead of
+    evaluating the whole burst on the loop or waiting for its timeout."""
+    selector = " OR ".join(f"a = 'v{i}'" for i in range(MAX_TERMS // 2))
+    topic, group = "CostlyHeld", "cg-costly-held"
+    async with await WireClient.connect(sql_broker.addr) as client:
+        await _send(client, topic, b"first", a="none")  # creates the topic; offset 0 does not match
+        fields = pull_fields(topic, group, 0, 1, sys_flag=SUB_FLAG | 0x2, subscription=selector, suspend_ms=20_000)
+        fields["expressionType"] = "SQL92"
+        held = client.send_nowait(client.make(RC.PULL_MESSAGE, fields))
+        await client.writer.drain()
+        await asyncio.sleep(0.3)
+        assert not held.done()
+        started = time.monotonic()
+        batch = send_v2_fields(topic, 0, "")
+        batch["m"] = "true"
+        body = encode_batch_body([BatchEntry(0, b"x", props(a="none")) for _ in range(400)])  # over the budget
+        assert (await client.request(RC.SEND_BATCH_MESSAGE, batch, body)).code == R.SUCCESS
+        resp = await asyncio.wait_for(held, 10)
+    assert time.monotonic() - started < 10
+    assert resp.code == R.PULL_RETRY_IMMEDIATELY, (resp.code, resp.remark)
+    assert 1 < int(resp.ext_fields["nextBeginOffset"]) <= 401
