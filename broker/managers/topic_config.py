@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from broker.managers.persistence import PersistentTable, bump_version
 from protocol.config_bodies import DataVersion, TopicConfig
@@ -19,6 +20,11 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 FILE_NAME = "topics.json"
+
+log = logging.getLogger(__name__)
+
+# callback(topic, config) after one topic changed; config is None when the topic was deleted.
+TopicListener = Callable[[str, "TopicConfig | None"], None]
 
 PERM_PRIORITY = 8
 PERM_READ = 4
@@ -82,6 +88,7 @@ class TopicConfigManager(PersistentTable):
         self.data_version = DataVersion()
         self.topics: dict[str, TopicConfig] = {}
         self.system_topics: set[str] = set()
+        self._topic_listeners: list[TopicListener] = []
         self._add_system_topics()
 
     # -- system topics -----------------------------------------------------------------------------
@@ -119,6 +126,13 @@ class TopicConfigManager(PersistentTable):
 
     def topic_names(self) -> list[str]:
         return list(self.topics)
+
+    def add_topic_listener(self, callback: TopicListener) -> None:
+        """``callback(topic, config_or_None)`` runs synchronously after each single-topic change, so
+        it can forward just that delta (route registration) instead of rescanning the whole table.
+        TopicConfig objects in the table are never modified in place (changes replace them), so a
+        listener may keep the object it is given."""
+        self._topic_listeners.append(callback)
 
     def snapshot(self) -> tuple[dict[str, TopicConfig], DataVersion]:
         """Copies of the table and data version, for route registration."""
@@ -197,33 +211,37 @@ class TopicConfigManager(PersistentTable):
         if old == stored:
             return old
         self.topics[stored.topic_name] = stored
-        self._bump()
+        self._bump(stored.topic_name, stored)
         return stored
 
     def update_order_flags(self, ordered_topics: Iterable[str]) -> None:
         """Mark exactly ``ordered_topics`` as ordered (name server KV order config)."""
         wanted = set(ordered_topics)
-        changed = False
-        for name, tc in self.topics.items():
+        for name, tc in list(self.topics.items()):
             if tc.order != (name in wanted):
-                tc.order = name in wanted
-                changed = True
-        if changed:
-            self._bump()
+                replaced = copy.copy(tc)  # copy-on-write: snapshots and listeners may hold the old one
+                replaced.order = name in wanted
+                self.topics[name] = replaced
+                self._bump(name, replaced)
 
     def delete_topic(self, topic: str) -> bool:
         if self.topics.pop(topic, None) is None:
             return False
-        self._bump()
+        self._bump(topic, None)
         return True
 
     def _create(self, topic_config: TopicConfig) -> TopicConfig:
         self.topics[topic_config.topic_name] = topic_config
-        self._bump()
+        self._bump(topic_config.topic_name, topic_config)
         return topic_config
 
-    def _bump(self) -> None:
+    def _bump(self, topic: str, config: TopicConfig | None) -> None:
         bump_version(self.data_version)
+        for callback in self._topic_listeners:
+            try:
+                callback(topic, config)
+            except Exception:  # a listener bug must not break the change that triggered it
+                log.exception("topic listener failed for %s", topic)
         self._changed()
 
     # -- persistence -------------------------------------------------------------------------------
