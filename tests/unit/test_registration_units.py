@@ -103,6 +103,22 @@ async def test_a_burst_of_changes_costs_one_remote_registration(tmp_path):
         await server.close()
 
 
+async def test_a_large_register_broker_body_is_parsed_off_the_loop(tmp_path):
+    from broker.namesrv.processor import INLINE_REGISTER_BODY_MAX, NamesrvProcessor
+
+    cfg = broker_config(tmp_path)
+    tcm = TopicConfigManager(cfg)
+    for i in range(3000):
+        tcm.create_topic_if_absent(f"Big{i}", 4)
+    cmd = BrokerRegistrar(cfg, tcm, namesrv_addrs=[]).build_register_request()
+    assert len(cmd.body) > INLINE_REGISTER_BODY_MAX
+    processor = NamesrvProcessor(RouteInfoManager())
+    pending = processor.register_broker(None, cmd)
+    assert asyncio.iscoroutine(pending)  # the remoting server drives it as a task
+    assert (await pending).code == 0
+    assert processor.route_info.pick_topic_route_json("Big2999") is not None
+
+
 # -- persistence -----------------------------------------------------------------------------------
 def test_journal_skips_a_torn_record_and_drops_saved_segments(tmp_path):
     journal = ChangeJournal(str(tmp_path / "topics.json"))
