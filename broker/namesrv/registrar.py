@@ -6,8 +6,9 @@ so routes are current immediately and a change costs the same at 500 or 8,000 to
 registration only refreshes the broker's timer.
 
 Remote name servers (``namesrvAddr``): the full REGISTER_BROKER (103) every
-``registerNameServerPeriod`` (30 s), and after topic changes one coalesced registration per burst
-(debounced by ``CHANGE_REGISTER_DEBOUNCE_S``) whose body is encoded off the event loop when large.
+``registerNameServerPeriod`` (30 s), and after topic changes - at once for an isolated change, at most
+once per ``CHANGE_REGISTER_DEBOUNCE_S`` during a burst - with the body encoded off the event loop
+when large.
 A full table is sent rather than only the changed topics because name servers that replace a
 broker's topics with each registration (ours) would otherwise drop the rest.
 """
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 PERM_READ = 4
 PERM_WRITE = 2
 BROKER_HEARTBEAT_TIMEOUT_MS = 120_000
-# After a topic change, wait this long before registering with remote name servers, so a burst of
-# changes (a heartbeat naming thousands of groups, a creation storm) costs one registration.
+# Topic changes trigger at most one registration with remote name servers per this interval, so a
+# burst (a heartbeat naming thousands of groups, a creation storm) costs one or two registrations.
 CHANGE_REGISTER_DEBOUNCE_S = 0.3
 # Bodies of tables larger than this are encoded in a worker thread instead of on the event loop.
 INLINE_ENCODE_MAX_TOPICS = 256
@@ -266,15 +267,19 @@ class BrokerRegistrar:
             pass
 
     async def _run(self) -> None:
-        """Re-register every period (the name server expires silent brokers after 120 s), and once
-        per burst of topic changes: woken by the first change, it waits ``change_debounce_s`` so the
-        rest of the burst joins the same registration."""
+        """Re-register every period (the name server expires silent brokers after 120 s), and after
+        topic changes: at once for an isolated change, but at most once per ``change_debounce_s``,
+        so the changes of a burst that arrive meanwhile share the next registration."""
         period = self.config.register_name_server_period / 1000.0
+        loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
             await self.register_all()
+            registered_at = loop.time()
             try:
                 await asyncio.wait_for(self._wake.wait(), period)
             except asyncio.TimeoutError:
                 continue
-            await asyncio.sleep(self.change_debounce_s)
+            pause = self.change_debounce_s - (loop.time() - registered_at)
+            if pause > 0:
+                await asyncio.sleep(pause)

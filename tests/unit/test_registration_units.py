@@ -98,6 +98,19 @@ async def test_a_burst_of_changes_costs_one_remote_registration(tmp_path):
         assert server.route_info.pick_topic_route_json("Burst0") is not None
         assert server.route_info.pick_topic_route_json("Burst399") is not None
         assert registrar.remote_registrations - before == 1
+        # Changes trickling in over 1 s: registered at most once per debounce interval (+ the first).
+        before = registrar.remote_registrations
+        started = asyncio.get_running_loop().time()
+        for i in range(40):
+            tcm.create_topic_if_absent(f"Trickle{i}", 1)
+            await asyncio.sleep(0.025)
+        for _ in range(200):
+            if server.route_info.pick_topic_route_json("Trickle39"):
+                break
+            await asyncio.sleep(0.02)
+        assert server.route_info.pick_topic_route_json("Trickle39") is not None
+        elapsed = asyncio.get_running_loop().time() - started
+        assert 2 <= registrar.remote_registrations - before <= elapsed / 0.2 + 2
         await asyncio.wait_for(registrar.close(), 5)
     finally:
         await server.close()
