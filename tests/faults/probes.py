@@ -25,6 +25,7 @@ class LatencyProbe:
         self.failures = 0
         self._client: WireClient | None = None
         self._task: asyncio.Task | None = None
+        self._stopped = False
 
     @property
     def max_latency(self) -> float:
@@ -40,6 +41,9 @@ class LatencyProbe:
     async def __aexit__(self, *exc) -> None:
         assert self._task is not None and self._client is not None
         await asyncio.sleep(self.interval * 2)  # at least one probe after the hostile traffic
+        # The flag ends the loop even when Python 3.11's wait_for swallows the cancellation (it does
+        # when the awaited response arrives at the same moment), which left __aexit__ waiting forever.
+        self._stopped = True
         self._task.cancel()
         try:
             await self._task
@@ -58,7 +62,7 @@ class LatencyProbe:
         self.latencies.append(time.monotonic() - started)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             await self._one()
             await asyncio.sleep(self.interval)
 
