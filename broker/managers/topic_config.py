@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 FILE_NAME = "topics.json"
+# Once the change journal is armed (load()), each change is on disk at once, so the full topics.json -
+# tens of milliseconds of encoding at thousands of topics - is rewritten at most this often in a storm.
+JOURNALED_REWRITE_DELAY_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +279,7 @@ class TopicConfigManager(PersistentTable):
         replayed = self._replay_journal()
         bump_version(self.data_version)  # a restarted broker must look changed to the name server
         self._journal_armed = True
+        self._persist_delay_s = max(self._persist_delay_s, JOURNALED_REWRITE_DELAY_S)
         if replayed:
             self._dirty = True  # folded into topics.json by the next write
         return found or replayed > 0

@@ -100,12 +100,11 @@ async def test_topic_changes_just_before_kill_9_survive_the_restart(broker):
     async with await WireClient.connect(broker.addr) as client:
         doomed = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields("kill-doomed"))
         assert doomed.code == ResponseCode.SUCCESS
-        await asyncio.sleep(1.0)  # long enough for topics.json to be written with it
         deleted = await client.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "kill-doomed"})
         assert deleted.code == ResponseCode.SUCCESS
         created = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic_fields("kill-fresh", 3))
         assert created.code == ResponseCode.SUCCESS
-    broker.kill()  # within milliseconds of the acknowledgements: before any coalesced write of topics.json
+    broker.kill()  # within milliseconds of the acknowledgements: before the coalesced write of topics.json
     broker.start()
 
     async with await WireClient.connect(broker.addr) as client, \
