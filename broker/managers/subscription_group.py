@@ -73,6 +73,18 @@ class SubscriptionGroupManager(PersistentTable):
             "subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self.groups.items()},
         }
 
+    def _document_builder(self) -> Any:
+        # Groups are replaced, never modified in place: a shallow copy is a consistent snapshot, and
+        # encoding thousands of groups can then happen in the writer thread.
+        groups = dict(self.groups)
+        version = copy.copy(self.data_version)
+        forbidden = dict(self.forbidden_table)
+        return lambda: {
+            "dataVersion": version.to_json(),
+            "forbiddenTable": forbidden,
+            "subscriptionGroupTable": {name: cfg.to_json() for name, cfg in groups.items()},
+        }
+
     def decode(self, obj: dict[str, Any]) -> None:
         self.data_version = DataVersion.from_json(obj.get("dataVersion"))
         self.forbidden_table = obj.get("forbiddenTable") or {}

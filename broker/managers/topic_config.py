@@ -10,15 +10,24 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from broker.managers.persistence import PersistentTable, bump_version
+from broker.managers.persistence import ChangeJournal, PersistentTable, bump_version
 from protocol.config_bodies import DataVersion, TopicConfig
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 FILE_NAME = "topics.json"
+# Once the change journal is armed (load()), each change is on disk at once, so the full topics.json -
+# tens of milliseconds of encoding at thousands of topics - is rewritten at most this often in a storm.
+JOURNALED_REWRITE_DELAY_S = 5.0
+
+log = logging.getLogger(__name__)
+
+# callback(topic, config) after one topic changed; config is None when the topic was deleted.
+TopicListener = Callable[[str, "TopicConfig | None"], None]
 
 PERM_PRIORITY = 8
 PERM_READ = 4
@@ -98,6 +107,11 @@ class TopicConfigManager(PersistentTable):
         self.data_version = DataVersion()
         self.topics: dict[str, TopicConfig] = {}
         self.system_topics: set[str] = set()
+        self._topic_listeners: list[TopicListener] = []
+        # Every change is journaled at once (O(1)); topics.json is rewritten coalesced, off the loop.
+        # Armed by load(): managers that were never loaded (tools, unit tests) write nothing.
+        self._journal = ChangeJournal(self.path)
+        self._journal_armed = False
         self._add_system_topics()
 
     # -- system topics -----------------------------------------------------------------------------
@@ -135,6 +149,13 @@ class TopicConfigManager(PersistentTable):
 
     def topic_names(self) -> list[str]:
         return list(self.topics)
+
+    def add_topic_listener(self, callback: TopicListener) -> None:
+        """``callback(topic, config_or_None)`` runs synchronously after each single-topic change, so
+        it can forward just that delta (route registration) instead of rescanning the whole table.
+        TopicConfig objects in the table are never modified in place (changes replace them), so a
+        listener may keep the object it is given."""
+        self._topic_listeners.append(callback)
 
     def snapshot(self) -> tuple[dict[str, TopicConfig], DataVersion]:
         """Copies of the table and data version, for route registration."""
@@ -213,33 +234,42 @@ class TopicConfigManager(PersistentTable):
         if old == stored:
             return old
         self.topics[stored.topic_name] = stored
-        self._bump()
+        self._bump(stored.topic_name, stored)
         return stored
 
     def update_order_flags(self, ordered_topics: Iterable[str]) -> None:
         """Mark exactly ``ordered_topics`` as ordered (name server KV order config)."""
         wanted = set(ordered_topics)
-        changed = False
-        for name, tc in self.topics.items():
+        for name, tc in list(self.topics.items()):
             if tc.order != (name in wanted):
-                tc.order = name in wanted
-                changed = True
-        if changed:
-            self._bump()
+                replaced = copy.copy(tc)  # copy-on-write: snapshots and listeners may hold the old one
+                replaced.order = name in wanted
+                self.topics[name] = replaced
+                self._bump(name, replaced)
 
     def delete_topic(self, topic: str) -> bool:
         if self.topics.pop(topic, None) is None:
             return False
-        self._bump()
+        self._bump(topic, None)
         return True
 
     def _create(self, topic_config: TopicConfig) -> TopicConfig:
         self.topics[topic_config.topic_name] = topic_config
-        self._bump()
+        self._bump(topic_config.topic_name, topic_config)
         return topic_config
 
-    def _bump(self) -> None:
+    def _bump(self, topic: str, config: TopicConfig | None) -> None:
         bump_version(self.data_version)
+        if self._journal_armed:
+            try:
+                self._journal.append({"topic": topic, "config": None if config is None else config.to_json()})
+            except OSError as exc:  # still in memory, and in topics.json after the next write
+                log.error("cannot journal the change of topic %s: %s", topic, exc)
+        for callback in self._topic_listeners:
+            try:
+                callback(topic, config)
+            except Exception:  # a listener bug must not break the change that triggered it
+                log.exception("topic listener failed for %s", topic)
         self._changed()
 
     # -- persistence -------------------------------------------------------------------------------
@@ -262,5 +292,46 @@ class TopicConfigManager(PersistentTable):
 
     def load(self) -> bool:
         found = super().load()
+        replayed = self._replay_journal()
         bump_version(self.data_version)  # a restarted broker must look changed to the name server
-        return found
+        self._journal_armed = True
+        self._persist_delay_s = max(self._persist_delay_s, JOURNALED_REWRITE_DELAY_S)
+        if replayed:
+            self._dirty = True  # folded into topics.json by the next write
+        return found or replayed > 0
+
+    def _replay_journal(self) -> int:
+        """Apply changes journaled after the last topics.json write (the broker was killed before the
+        coalesced write). Returns how many records were applied."""
+        records = self._journal.read()
+        for record in records:
+            name = record.get("topic")
+            raw = record.get("config")
+            if not isinstance(name, str) or not name:
+                continue
+            if isinstance(raw, dict):
+                topic = TopicConfig.from_json(raw)
+                topic.topic_name = topic.topic_name or name
+                self.topics[name] = topic
+            elif name not in self.system_topics:
+                self.topics.pop(name, None)
+        if records:
+            log.info("replayed %d topic change(s) journaled after the last write of %s", len(records), self.path)
+        return len(records)
+
+    def _document_builder(self) -> Any:
+        # Changes replace TopicConfig objects instead of modifying them, so a shallow copy taken on the
+        # loop is a consistent snapshot and the per-topic encoding can run in a worker thread.
+        topics = dict(self.topics)
+        version = copy.copy(self.data_version)
+        return lambda: {
+            "dataVersion": version.to_json(),
+            "topicConfigTable": {name: tc.to_json() for name, tc in topics.items()},
+        }
+
+    def _snapshot_taken(self) -> Any:
+        return self._journal.rotate() if self._journal_armed else None
+
+    def _snapshot_saved(self, token: Any) -> None:
+        if token is not None:
+            self._journal.drop_through(token)

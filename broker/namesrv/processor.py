@@ -5,6 +5,7 @@ Handlers follow the remoting server contract: ``handler(channel, cmd) -> Remotin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from typing import Any, Callable
@@ -24,6 +25,9 @@ from protocol.jsonlenient import dumps_compact, loads_lenient
 log = logging.getLogger(__name__)
 
 _EMPTY_KV_TABLE = dumps_compact({"table": {}})
+# REGISTER_BROKER bodies larger than this (thousands of topics) are parsed in a worker thread, so an
+# embedded name server's broker keeps serving while another broker registers a big table.
+INLINE_REGISTER_BODY_MAX = 256 * 1024
 
 
 def body_crc32(body: bytes) -> int:
@@ -62,23 +66,47 @@ class NamesrvProcessor:
         return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(route))
 
     # -- 103 ---------------------------------------------------------------------------------------
-    def register_broker(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def register_broker(self, channel: Any, cmd: RemotingCommand) -> Any:
         header = RegisterBrokerRequestHeader.decode(cmd.ext_fields)
         body = bytes(cmd.body or b"")
+        if len(body) > INLINE_REGISTER_BODY_MAX:
+            return self._register_large(channel, cmd, header, body)
         if header.body_crc32 and body_crc32(body) != header.body_crc32:
             log.warning("REGISTER_BROKER from %s: body CRC mismatch", header.broker_addr)
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        try:
+            parsed = loads_lenient(body) if body and not header.compressed else None
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad RegisterBrokerBody: {exc}")
+        return self._register_parsed(channel, cmd, header, parsed)
+
+    async def _register_large(
+        self, channel: Any, cmd: RemotingCommand, header: Any, body: bytes
+    ) -> RemotingCommand | None:
+        def check_and_parse() -> tuple[bool, Any]:
+            if header.body_crc32 and body_crc32(body) != header.body_crc32:
+                return False, None
+            return True, None if header.compressed else loads_lenient(body)
+
+        try:
+            crc_ok, parsed = await asyncio.to_thread(check_and_parse)
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad RegisterBrokerBody: {exc}")
+        if not crc_ok:
+            log.warning("REGISTER_BROKER from %s: body CRC mismatch", header.broker_addr)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if getattr(channel, "closed", False):
+            return None  # its close already unregistered the broker: do not resurrect it
+        return self._register_parsed(channel, cmd, header, parsed)
+
+    def _register_parsed(self, channel: Any, cmd: RemotingCommand, header: Any, parsed: Any) -> RemotingCommand:
         if header.compressed:
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, "compressed REGISTER_BROKER bodies are not supported; set compressedRegister=false"
             )
         topic_table: dict[str, Any] = {}
         data_version: Any = None
-        if body:
-            try:
-                parsed = loads_lenient(body)
-            except ValueError as exc:
-                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad RegisterBrokerBody: {exc}")
+        if parsed is not None:
             wrapper = parsed.get("topicConfigSerializeWrapper") if isinstance(parsed, dict) else None
             wrapper = wrapper if isinstance(wrapper, dict) else {}
             topic_table = wrapper.get("topicConfigTable") or {}

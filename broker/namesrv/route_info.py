@@ -165,6 +165,30 @@ class RouteInfoManager:
                 result.ha_server_addr = master_live.ha_server_addr if master_live else None
         return result
 
+    def apply_topic_changes(
+        self, broker_addr: str, changes: Mapping[str, Any | None], data_version: Any, now_ms: int | None = None
+    ) -> bool:
+        """Incremental registration of a master already registered at ``broker_addr``: upsert the given
+        topics (a ``None`` config removes that broker's queues of the topic) and adopt ``data_version``.
+        Cost is proportional to ``len(changes)``, not to the broker's topic count. Returns False when
+        the address is not a registered master; the caller then registers the whole table."""
+        live = self.broker_live_table.get(broker_addr)
+        if live is None or live.broker_id != MASTER_ID:
+            return False
+        broker_data = self.broker_addr_table.get(live.broker_name)
+        if broker_data is None or broker_data.broker_addrs.get(MASTER_ID) != broker_addr:
+            return False
+        broker_name = live.broker_name
+        for topic, tc in changes.items():
+            if tc is None:
+                self._remove_topic_of(topic, broker_name)
+                continue
+            read, write, perm, sys_flag = _topic_fields(topic, tc)
+            self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(broker_name, read, write, perm, sys_flag)
+        live.data_version = data_version_key(data_version)
+        live.last_update_ms = _now_ms() if now_ms is None else now_ms
+        return True
+
     def _replace_topics_of(self, broker_name: str, topic_config_table: Mapping[str, Any]) -> None:
         for topic, tc in topic_config_table.items():
             read, write, perm, sys_flag = _topic_fields(topic, tc)

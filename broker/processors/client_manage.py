@@ -6,6 +6,7 @@ Reference §4.1, §4.2, §4.6, §4.12, §4.13. NOTIFY_CONSUMER_IDS_CHANGED (40) 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 SERIALIZE_TYPES_ANNOUNCEMENT = "JSON,ROCKETMQ,MSGPACK"
 _WATCHED = "client_manage_watched"
+# A heartbeat naming thousands of new groups creates a subscription group and a %RETRY% topic for each.
+# Bodies above this size are decoded in a worker thread, and groups are registered this many at a time
+# with the event loop free to serve other connections in between, so no heartbeat stalls the broker.
+HEARTBEAT_INLINE_BODY_MAX = 64 * 1024
+HEARTBEAT_GROUPS_PER_TURN = 128
 
 
 class ClientManageProcessor(BrokerProcessor):
@@ -62,20 +68,69 @@ class ClientManageProcessor(BrokerProcessor):
         channel.add_close_listener(closed)
 
     # ---- HEART_BEAT --------------------------------------------------------------------------------
-    def heart_beat(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, channel: Any, cmd: RemotingCommand) -> Any:
+        """Small heartbeats (every real client's) are answered synchronously; a large one continues
+        as a coroutine that yields to the event loop between groups of consumer groups."""
+        if cmd.body and len(cmd.body) > HEARTBEAT_INLINE_BODY_MAX:
+            return self._large_heart_beat(channel, cmd)
         try:
             data = HeartbeatData.decode(cmd.body) if cmd.body else HeartbeatData()
         except ValueError as exc:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed heartbeat body: {exc}")
-        if not data.client_id:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, "heartbeat body: missing field 'clientID'")
-        problem = self._heartbeat_group_problem(data)
+        problem = self._check_heartbeat(data)
         if problem is not None:  # refused whole: a Java client's Validators would never have let it out
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
+        if len(data.consumers) > HEARTBEAT_GROUPS_PER_TURN:
+            return self._apply_heart_beat_in_turns(channel, cmd, data)
         self._watch_channel(channel)
-        language = cmd.language if isinstance(cmd.language, str) else str(cmd.language)
+        language = self._language(cmd)
+        sub_changed = self._register_consumers(channel, cmd, data, language, data.consumers)
+        self._register_producers(channel, cmd, data, language)
+        return self._heart_beat_response(cmd, sub_changed)
+
+    async def _large_heart_beat(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            data = await asyncio.to_thread(HeartbeatData.decode, bytes(cmd.body))
+        except ValueError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed heartbeat body: {exc}")
+        problem = self._check_heartbeat(data)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
+        if getattr(channel, "closed", False):
+            return None
+        return await self._apply_heart_beat_in_turns(channel, cmd, data)
+
+    async def _apply_heart_beat_in_turns(self, channel: Any, cmd: RemotingCommand,
+                                         data: HeartbeatData) -> RemotingCommand | None:
+        self._watch_channel(channel)
+        language = self._language(cmd)
         sub_changed = False
-        for consumer in data.consumers:
+        consumers = data.consumers
+        for start in range(0, len(consumers), HEARTBEAT_GROUPS_PER_TURN):
+            if start:
+                await asyncio.sleep(0)
+                if getattr(channel, "closed", False):
+                    return None  # its registrations were dropped on close: add no more
+            chunk = consumers[start:start + HEARTBEAT_GROUPS_PER_TURN]
+            sub_changed = self._register_consumers(channel, cmd, data, language, chunk) or sub_changed
+        self._register_producers(channel, cmd, data, language)
+        return self._heart_beat_response(cmd, sub_changed)
+
+    def _check_heartbeat(self, data: HeartbeatData) -> str | None:
+        """Why the heartbeat is refused (no client id, an illegal group name), or None."""
+        if not data.client_id:
+            return "heartbeat body: missing field 'clientID'"
+        return self._heartbeat_group_problem(data)
+
+    @staticmethod
+    def _language(cmd: RemotingCommand) -> str:
+        return cmd.language if isinstance(cmd.language, str) else str(cmd.language)
+
+    def _register_consumers(self, channel: Any, cmd: RemotingCommand, data: HeartbeatData, language: str,
+                            consumers: list[Any]) -> bool:
+        """Register ``consumers`` (part of ``data``); True if a group's subscriptions changed."""
+        sub_changed = False
+        for consumer in consumers:
             group = consumer.group_name
             group_config = self.groups.find_or_create(group)
             if group_config is None:
@@ -93,9 +148,15 @@ class ClientManageProcessor(BrokerProcessor):
                 if normalize_expression_type(sub.expression_type) != EXPRESSION_TAG:
                     # A selector that does not compile is kept with its error: pulls answer 23 with it.
                     self.filters.register(group, sub.topic, sub.sub_string, sub.expression_type, sub.sub_version)
+        return sub_changed
+
+    def _register_producers(self, channel: Any, cmd: RemotingCommand, data: HeartbeatData, language: str) -> None:
         for producer in data.producers:
             if producer.group_name:
                 self.producers.register(producer.group_name, ClientInfo(channel, data.client_id, language, cmd.version))
+
+    @staticmethod
+    def _heart_beat_response(cmd: RemotingCommand, sub_changed: bool) -> RemotingCommand:
         return cmd.make_response(ResponseCode.SUCCESS, None, {
             "IS_SUPPORT_HEART_BEAT_V2": "false",
             "IS_SUB_CHANGE": "true" if sub_changed else "false",
