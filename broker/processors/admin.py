@@ -221,7 +221,9 @@ class AdminProcessor(BrokerProcessor):
         )
         return cmd.make_response(ResponseCode.SUCCESS, body=body.encode())
 
-    def update_and_create_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """Create or replace a group; subscriptionGroup.json is written before the answer, so an acknowledged
+        change survives a kill -9 that follows it."""
         try:
             config = SubscriptionGroupConfig.decode(cmd.body) if cmd.body else None
         except ValueError as exc:
@@ -236,6 +238,9 @@ class AdminProcessor(BrokerProcessor):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
         existed = self.groups.find(config.group_name) is not None
         self.groups.update(config)
+        failed = await self._persist_before_answer(cmd, f"subscription group {config.group_name}", self.groups)
+        if failed is not None:
+            return failed
         log.info("subscription group %s %s by %s (retryQueueNums=%d retryMaxTimes=%d consumeEnable=%s)",
                  config.group_name, "updated" if existed else "created", getattr(channel, "remote_addr", "?"),
                  config.retry_queue_nums, config.retry_max_times, config.consume_enable)
@@ -244,12 +249,27 @@ class AdminProcessor(BrokerProcessor):
     def get_all_subscription_group_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.groups.encode()))
 
-    def delete_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+    async def delete_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """Delete a group (and its offsets with cleanOffset), persisted before the answer."""
         header = DeleteSubscriptionGroupRequestHeader.decode(cmd.ext_fields)
         self.groups.delete(header.group_name)
+        tables: list[Any] = [self.groups]
         if header.clean_offset:
             self.offsets.remove_group(header.group_name)
-        return cmd.make_response(ResponseCode.SUCCESS)
+            tables.append(self.offsets)
+        failed = await self._persist_before_answer(cmd, f"subscription group {header.group_name}", *tables)
+        return failed or cmd.make_response(ResponseCode.SUCCESS)
+
+    @staticmethod
+    async def _persist_before_answer(cmd: RemotingCommand, what: str, *tables: Any) -> RemotingCommand | None:
+        """Write each changed table (in a worker thread); an error response if that failed, else None."""
+        try:
+            for table in tables:
+                await table.persist_async()
+        except OSError as exc:
+            log.error("%s changed, but persisting the change failed: %s", what, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{what} changed, not persisted: {exc}")
+        return None
 
     def get_all_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.offsets.encode()))

@@ -115,3 +115,21 @@ async def test_topic_changes_just_before_kill_9_survive_the_restart(broker):
         assert "kill-doomed" not in table
         assert (await route_of(namesrv, "kill-fresh")).code == ResponseCode.SUCCESS
         assert (await route_of(namesrv, "kill-doomed")).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_group_changes_just_before_kill_9_survive_the_restart(broker):
+    """An acknowledged UPDATE_AND_CREATE_SUBSCRIPTIONGROUP / DELETE_SUBSCRIPTIONGROUP is on disk at once."""
+    async with await WireClient.connect(broker.addr) as client:
+        for group in ("kill-doomed-group", "kill-fresh-group"):
+            body = json.dumps({"groupName": group, "retryQueueNums": 1, "retryMaxTimes": 7}).encode()
+            assert (await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)).code == 0
+        deleted = await client.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "kill-doomed-group"})
+        assert deleted.code == ResponseCode.SUCCESS
+    broker.kill()  # right after the acknowledgements: before any coalesced write would have happened
+    broker.start()
+
+    async with await WireClient.connect(broker.addr) as client:
+        response = await client.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})
+        table = json.loads(response.body)["subscriptionGroupTable"]
+        assert table["kill-fresh-group"]["retryMaxTimes"] == 7
+        assert "kill-doomed-group" not in table
