@@ -32,108 +32,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import struct
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO, os.path.join(REPO, "tests")]  # the fault suite's probes: the same peers as the tests
 
 from bench.broker_process import prepare_broker  # noqa: E402
 from protocol.codes import RequestCode  # noqa: E402
 from protocol.command import RemotingCommand, encode_command  # noqa: E402
 from protocol.frame import FrameDecoder  # noqa: E402
+from faults.probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some  # noqa: E402
 
 MIB = 1024 * 1024
 SCENARIO_S = 10.0
 RSS_CAP = 200 * MIB
 
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-class SideClient:
-    """A well-behaved connection sending GET_MAX_OFFSET in a loop; records the slowest answer."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.max_latency = 0.0
-        self.failures = 0
-        self._task: asyncio.Task | None = None
-
-    async def __aenter__(self) -> "SideClient":
-        self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._writer.close()
-
-    async def _run(self) -> None:
-        decoder = FrameDecoder()
-        opaque = 0
-        while True:
-            opaque += 1
-            request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "probe", "queueId": "0"},
-                                              opaque=opaque)
-            started = time.monotonic()
-            self._writer.write(encode_command(request))
-            try:
-                got: list = []
-                while not got:
-                    data = await asyncio.wait_for(self._reader.read(65536), 30)
-                    if not data:
-                        raise ConnectionError("closed")
-                    got = decoder.feed(data)
-            except (asyncio.TimeoutError, ConnectionError):
-                self.failures += 1
-                return
-            self.max_latency = max(self.max_latency, time.monotonic() - started)
-            await asyncio.sleep(0.02)
-
-
-def _connect(port: int, rcvbuf: int | None = None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(5)
-    sock.connect(("127.0.0.1", port))
-    sock.setblocking(False)
-    return sock
-
-
-def _send(sock: socket.socket, data: memoryview) -> int:
-    try:
-        return sock.send(data)
-    except BlockingIOError:
-        return 0
-    except OSError:
-        return -1
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(65536) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-
-
 async def scenario_partial(port: int, pid: int, peers: int, partial: int) -> dict:
-    async with SideClient(port) as side:
+    async with LatencyProbe(f"127.0.0.1:{port}") as side:
         await asyncio.sleep(0.3)
         baseline = peak = rss_bytes(pid)
-        socks = [_connect(port) for _ in range(peers)]
+        socks = [raw_connect(port) for _ in range(peers)]
         payload = memoryview(struct.pack(">i", 16 * MIB - 64) + b"\0" * partial)
         sent = [0] * peers
         closed: set[int] = set()
@@ -141,12 +63,12 @@ async def scenario_partial(port: int, pid: int, peers: int, partial: int) -> dic
         while time.monotonic() < deadline and peak - baseline < RSS_CAP:
             for i, sock in enumerate(socks):
                 if i not in closed and sent[i] < len(payload):
-                    n = _send(sock, payload[sent[i]:])
+                    n = send_some(sock, payload[sent[i]:])
                     if n < 0:
                         closed.add(i)
                     else:
                         sent[i] += n
-            closed.update(i for i, s in enumerate(socks) if i not in closed and _closed_by_peer(s))
+            closed.update(i for i, s in enumerate(socks) if i not in closed and peer_closed(s))
             peak = max(peak, rss_bytes(pid))
             await asyncio.sleep(0.05)
         for sock in socks:
@@ -172,16 +94,16 @@ async def scenario_noread(port: int, pid: int, max_pulls: int) -> dict:
                    "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
                    "subVersion": "0", "expressionType": "TAG"}
     pull = encode_command(RemotingCommand.request(RequestCode.PULL_MESSAGE, pull_fields, opaque=1))
-    async with SideClient(port) as side:
+    async with LatencyProbe(f"127.0.0.1:{port}") as side:
         await asyncio.sleep(0.3)
         baseline = peak = rss_bytes(pid)
-        sock = _connect(port, rcvbuf=16384)
+        sock = raw_connect(port, rcvbuf=16384)
         pending = memoryview(pull * 50)
         sent_bytes, blocked_since = 0, None
         deadline = time.monotonic() + SCENARIO_S * 2
         while time.monotonic() < deadline and sent_bytes // len(pull) < max_pulls and peak - baseline < RSS_CAP:
             peak = max(peak, rss_bytes(pid))
-            n = _send(sock, pending)
+            n = send_some(sock, pending)
             if n < 0:
                 break
             sent_bytes += n

@@ -4,6 +4,7 @@ connection misbehaves, and the broker process's resident memory."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 from protocol.codes import RequestCode
@@ -73,3 +74,35 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+# ---- raw sockets for peers that misbehave (partial frames, unread responses) ----------------------------------
+def raw_connect(port: int, rcvbuf: int | None = None) -> socket.socket:
+    """A non-blocking TCP connection to 127.0.0.1:`port` (a small `rcvbuf` makes a peer that reads slowly)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
+def send_some(sock: socket.socket, data: memoryview) -> int:
+    """Non-blocking send; bytes taken (0 when the socket is full), -1 when the peer closed it."""
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0
+    except OSError:
+        return -1
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """Whether the broker closed this connection (reads and drops whatever it sent)."""
+    try:
+        return sock.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True

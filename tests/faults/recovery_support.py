@@ -9,7 +9,7 @@ import sys
 import time
 
 from conftest import PROJECT_ROOT, BrokerProcess
-from integration.wire import WireClient, props, pull_fields, records, send_v2_fields
+from integration.wire import WireClient, props, pull_records, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.ids import decode_offset_msg_id
 from protocol.message import BatchEntry, encode_batch_body
@@ -41,24 +41,10 @@ async def fill(addr: str, topic: str, queue_id: int, count: int, size: int = 200
     return placed
 
 
-async def pull_all(addr: str, topic: str, queue_id: int, group: str = "recovery-check",
-                   max_pulls: int = 2000) -> dict[int, bytes]:
+async def pull_all(addr: str, topic: str, queue_id: int, group: str = "recovery-check") -> dict[int, bytes]:
     """Every message of a queue as {queue offset: body}; offsets reported missing are stepped over."""
-    got: dict[int, bytes] = {}
-    offset = 0
     async with await WireClient.connect(addr) as client:
-        for _ in range(max_pulls):
-            resp = await client.request(RC.PULL_MESSAGE, pull_fields(topic, group, queue_id, offset, max_nums=32,
-                                                                       suspend_ms=0))
-            if resp.code == R.SUCCESS:
-                for rec in records(resp.body):
-                    got[rec.queue_offset] = rec.body
-            elif resp.code != R.PULL_RETRY_IMMEDIATELY:
-                return got
-            nxt = int(resp.ext_fields["nextBeginOffset"])
-            assert nxt > offset, (resp.code, resp.remark, offset)
-            offset = nxt
-    raise AssertionError("too many pulls")
+        return {rec.queue_offset: rec.body for rec in await pull_records(client, topic, queue_id, group)}
 
 
 def expected(topic: str, queue_id: int, count: int, size: int = 200, skip=()) -> dict[int, bytes]:

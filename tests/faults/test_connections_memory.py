@@ -5,7 +5,6 @@ is no longer read from (writeBufferHighWaterMark)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import time
 
@@ -16,38 +15,9 @@ from protocol.command import RemotingCommand, encode_command
 
 from integration.wire import WireClient, pull_fields, send_v2_fields
 
-from .probes import LatencyProbe, rss_bytes
+from .probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some
 
 MIB = 1024 * 1024
-
-
-def _raw_connect(port: int, rcvbuf: int | None = None) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(5)
-    sock.connect(("127.0.0.1", port))
-    sock.setblocking(False)
-    return sock
-
-
-def _send_some(sock: socket.socket, data: memoryview) -> int:
-    """Non-blocking send; bytes taken (0 when the socket is full), -1 when the peer closed it."""
-    try:
-        return sock.send(data)
-    except BlockingIOError:
-        return 0
-    except OSError:
-        return -1
-
-
-def _peer_closed(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(65536) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 @pytest.mark.slow
@@ -59,7 +29,7 @@ async def test_partial_frames_share_one_budget(broker_factory):
     async with LatencyProbe(broker.addr) as probe:
         await asyncio.sleep(0.3)
         baseline = rss_bytes(broker.proc.pid)
-        socks = [_raw_connect(broker.port) for _ in range(peers)]
+        socks = [raw_connect(broker.port) for _ in range(peers)]
         announced = 16 * MIB - 64  # just under frameMaxLength: a frame the decoder accepts and waits for
         payload = struct.pack(">i", announced) + b"\0" * per_peer_body
         offsets = [0] * peers
@@ -70,12 +40,12 @@ async def test_partial_frames_share_one_budget(broker_factory):
             for i, sock in enumerate(socks):
                 if i in closed or offsets[i] >= len(payload):
                     continue
-                sent = _send_some(sock, memoryview(payload)[offsets[i]:])
+                sent = send_some(sock, memoryview(payload)[offsets[i]:])
                 if sent < 0:
                     closed.add(i)
                 else:
                     offsets[i] += sent
-            closed.update(i for i, sock in enumerate(socks) if i not in closed and _peer_closed(sock))
+            closed.update(i for i, sock in enumerate(socks) if i not in closed and peer_closed(sock))
             peak = max(peak, rss_bytes(broker.proc.pid))
             await asyncio.sleep(0.05)
         delivered = sum(offsets)
@@ -112,7 +82,7 @@ async def test_peer_not_reading_pulls_is_not_read_from(broker_factory):
     async with LatencyProbe(broker.addr) as probe:
         await asyncio.sleep(0.3)
         baseline = rss_bytes(broker.proc.pid)
-        sock = _raw_connect(broker.port, rcvbuf=16384)
+        sock = raw_connect(broker.port, rcvbuf=16384)
         sent_requests, blocked_since, peak = 0, None, baseline
         deadline = time.monotonic() + 20
         # Pipeline pulls and never read. Without backpressure every request read costs ~256 KiB of
@@ -123,7 +93,7 @@ async def test_peer_not_reading_pulls_is_not_read_from(broker_factory):
                 break
             view, sent = memoryview(batch), 0
             while sent < len(batch):
-                n = _send_some(sock, view[sent:])
+                n = send_some(sock, view[sent:])
                 if n <= 0:
                     break
                 sent += n

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, records, send_v2_fields
+from integration.wire import WireClient, pull_fields, send_v2_fields, pull_records
 
 TOPIC = "Phoenix"
 
@@ -19,25 +18,6 @@ async def _send(client: WireClient, topic: str, queue_id: int, body: bytes) -> i
     resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(topic, queue_id), body)
     assert resp.code == 0, (resp.code, resp.remark)
     return int(resp.ext_fields["queueOffset"])
-
-
-async def _pull_all(client: WireClient, topic: str, queue_id: int, group: str = "reader") -> list:
-    """Every message of the queue from offset 0 (bounded in time and rounds)."""
-    out = []
-    offset = 0
-    deadline = time.monotonic() + 30
-    for _ in range(1000):
-        assert time.monotonic() < deadline, "draining the queue took too long"
-        resp = await client.request(RC.PULL_MESSAGE, pull_fields(topic, group, queue_id, offset, max_nums=32))
-        if resp.code == R.TOPIC_NOT_EXIST:
-            return out
-        if resp.code != 0:
-            assert resp.code in (R.PULL_NOT_FOUND, R.PULL_RETRY_IMMEDIATELY), (resp.code, resp.remark)
-            if resp.code == R.PULL_NOT_FOUND:
-                return out
-        out.extend(records(resp.body))
-        offset = int(resp.ext_fields["nextBeginOffset"])
-    raise AssertionError("too many pull rounds")
 
 
 async def _delete(client: WireClient, topic: str) -> None:
@@ -65,10 +45,10 @@ async def _old_then_new(broker) -> None:
 
 async def _assert_only_new(broker) -> None:
     async with await WireClient.connect(broker.addr) as client:
-        got = await _pull_all(client, TOPIC, 0)
+        got = await pull_records(client, TOPIC, 0, "reader")
         assert [m.body for m in got] == [b"new-0", b"new-1", b"new-2"]
         assert [m.queue_offset for m in got] == [0, 1, 2]
-        assert await _pull_all(client, TOPIC, 1) == [], "queue 1 of the deleted incarnation came back"
+        assert await pull_records(client, TOPIC, 1, "reader") == [], "queue 1 of the deleted incarnation came back"
         query = {"consumerGroup": "cg", "topic": TOPIC, "queueId": "0"}
         resp = await client.request(RC.QUERY_CONSUMER_OFFSET, query)
         assert resp.code != 0 or int(resp.ext_fields["offset"]) <= 0, "the deleted topic's consumer offset survived"
@@ -126,5 +106,5 @@ async def test_deleted_twice_and_restarted_twice_stays_consistent(broker):
         broker.kill()
         broker.start()
         async with await WireClient.connect(broker.addr) as client:
-            got = await _pull_all(client, TOPIC, 0)
+            got = await pull_records(client, TOPIC, 0, "reader")
             assert [m.body for m in got] == [b"new-0", b"new-1", b"new-2"]

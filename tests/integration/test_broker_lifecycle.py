@@ -11,24 +11,9 @@ import pytest
 from protocol.bodies import TopicRouteData
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from .wire import WireClient, pull_fields, records, send_v2_fields
+from .wire import WireClient, pull_fields, send_v2_fields, pull_records
 
 SUSPEND, SUB = 0x2, 0x4
-
-
-async def _pull_all(client: WireClient, topic: str, queue_id: int, group: str = "drain") -> list:
-    out = []
-    offset = 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        resp = await client.request(RC.PULL_MESSAGE, pull_fields(topic, group, queue_id, offset, max_nums=32))
-        if resp.code != 0:
-            assert resp.code in (R.PULL_NOT_FOUND, R.PULL_RETRY_IMMEDIATELY), (resp.code, resp.remark)
-            if resp.code == R.PULL_NOT_FOUND:
-                return out
-        out.extend(records(resp.body))
-        offset = int(resp.ext_fields["nextBeginOffset"])
-    raise AssertionError("draining the queue took too long")
 
 
 async def test_restart_keeps_messages_and_offsets(broker):
@@ -43,7 +28,7 @@ async def test_restart_keeps_messages_and_offsets(broker):
     assert not os.path.exists(broker.store_dir / "abort")
     broker.start()
     async with await WireClient.connect(broker.addr) as client:
-        got = [m.body for m in await _pull_all(client, "Durable", 0)]
+        got = [m.body for m in await pull_records(client, "Durable", 0)]
         assert got == [f"m{i}".encode() for i in range(0, 10, 2)]
         off = await client.request(RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "dg", "topic": "Durable",
                                                               "queueId": "1"})
@@ -130,7 +115,7 @@ async def test_kill_9_under_load_keeps_every_acknowledged_message(broker):
     async with await WireClient.connect(broker.addr) as client:
         stored: dict[int, tuple[int, int]] = {}
         for queue_id in range(queues):
-            msgs = await _pull_all(client, "CrashTopic", queue_id)
+            msgs = await pull_records(client, "CrashTopic", queue_id)
             assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
             indexes = [int(m.body.split(b"-")[1]) for m in msgs]
             assert indexes == sorted(indexes), "per-queue order must be the send order"

@@ -7,7 +7,7 @@ import itertools
 import json
 import time
 
-from protocol.codes import RequestCode, SerializeType
+from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import RemotingCommand, encode_command
 from protocol.frame import FrameDecoder
 from protocol.message import MessageRecord, iter_records
@@ -154,3 +154,27 @@ async def wait_until(predicate, what: str, timeout: float = 10.0, interval: floa
             return result
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(interval)
+
+
+async def pull_records(client: WireClient, topic: str, queue_id: int, group: str = "drain", *,
+                       max_pulls: int = 2000, timeout: float = 60.0) -> list[MessageRecord]:
+    """Every record of a queue from offset 0 (non-suspending pulls; PULL_RETRY_IMMEDIATELY is stepped over).
+
+    Ends at PULL_NOT_FOUND (the queue's end) or TOPIC_NOT_EXIST; any other answer fails the test, and so does
+    a nextBeginOffset that does not move forward (a pull must never go back or stand still)."""
+    out: list[MessageRecord] = []
+    offset = 0
+    deadline = time.monotonic() + timeout
+    for _ in range(max_pulls):
+        assert time.monotonic() < deadline, f"draining {topic}:{queue_id} took too long"
+        resp = await client.request(RequestCode.PULL_MESSAGE,
+                                    pull_fields(topic, group, queue_id, offset, max_nums=32, suspend_ms=0))
+        if resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.TOPIC_NOT_EXIST):
+            return out
+        assert resp.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), (resp.code, resp.remark)
+        if resp.code == ResponseCode.SUCCESS:
+            out.extend(records(resp.body))
+        following = int(resp.ext_fields["nextBeginOffset"])
+        assert following > offset, (resp.code, resp.remark, offset, following)
+        offset = following
+    raise AssertionError(f"draining {topic}:{queue_id} took more than {max_pulls} pulls")
