@@ -55,9 +55,11 @@ class AclValidator:
         ip = unmap_ipv4(remote_host)
         if config.global_white and config.globally_white(ip):
             return None
-        account, refusal = self._authenticate(config, cmd, ip)
+        account, refusal, white_listed = self._authenticate(config, cmd, ip)
         if account is None:
             return refusal
+        if white_listed:
+            return None  # the account's whiteRemoteAddress: no signature, no admin or permission check (§4.1 step 4)
         try:
             needs = needed_resources(cmd.code, cmd.ext_fields, cmd.body)
         except ValueError as exc:
@@ -86,28 +88,29 @@ class AclValidator:
         ip = unmap_ipv4(remote_host)
         if config.global_white and config.globally_white(ip):
             return None
-        account, refusal = self._authenticate(config, cmd, ip)
+        account, refusal, _ = self._authenticate(config, cmd, ip)
         if account is None:
             return refusal
-        if not account.admin:
+        if not account.admin:  # here white-listing only spares an admin account its signature
             return _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={account.access_key} is not")
         return None
 
-    def _authenticate(self, config: AclConfig, cmd: RemotingCommand, ip: str) -> tuple[Any, Refusal | None]:
-        """(account, None) when the account is known and white-listed or signed; (None, refusal) otherwise."""
+    def _authenticate(self, config: AclConfig, cmd: RemotingCommand, ip: str) -> tuple[Any, Refusal | None, bool]:
+        """(account, None, white-listed?) when the account is known and white-listed or signed;
+        (None, refusal, False) otherwise."""
         fields = cmd.ext_fields
         access_key = fields.get(ACCESS_KEY) if fields else None
         if access_key is None:
-            return None, _refuse(f"No accessKey is configured (request code={cmd.code} from {ip} is not signed)")
+            return None, _refuse(f"No accessKey is configured (request code={cmd.code} from {ip} is not signed)"), False
         account = config.accounts.get(access_key) if isinstance(access_key, str) else None
         if account is None:
-            return None, _refuse(f"No acl config for {access_key} (unknown accessKey)")
+            return None, _refuse(f"No acl config for {access_key} (unknown accessKey)"), False
         if account.white_address(ip):
-            return account, None
+            return account, None, True
         exclude = _UNIQUE_KEY_EXCLUSION if cmd.version <= _V4_9_3 and _UNIQUE_KEY_QUERY in fields else _NO_EXCLUSION
         if not signature_matches(account.secret_key, fields, cmd.body, exclude):
-            return None, _refuse(f"Check signature failed for accessKey={access_key}")
-        return account, None
+            return None, _refuse(f"Check signature failed for accessKey={access_key}"), False
+        return account, None, False
 
     # ---- the RemotingServer hook ------------------------------------------------------------------
     def request_guard(self, namesrv: bool = False) -> Callable[[Any, RemotingCommand], RemotingCommand | None]:
