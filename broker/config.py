@@ -581,7 +581,7 @@ def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, A
         origin[attr] = "override"
     if "acl_file" in values and values["acl_file"] and path is not None:  # relative to broker.conf's folder
         values["acl_file"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(values["acl_file"]))
-    elif path is not None:
+    elif path is not None and values.get("acl_enable"):
         values.setdefault("acl_file", os.path.join(os.path.dirname(os.path.abspath(path)), "plain_acl.yml"))
     try:
         return BrokerConfig(**values)
