@@ -1,0 +1,128 @@
+"""Issue 12, plain ACL: what verifying every request costs on the send path, ACL on vs off, same real broker.
+
+    python bench/security_acl.py [--seconds 8] [--batch 256] [--size 128] [--window 64]
+
+Starts the broker of this checkout twice (aclEnable=false, then aclEnable=true with a plain_acl.yml beside its
+conf), and for each runs, over one connection with the client signing every request itself (protocol.acl_signature
+.sign: HMAC-SHA1 over the sorted ext fields and the body, as RocketMQ clients do):
+
+1. batch: SEND_BATCH_MESSAGE of --batch x --size B messages, 4 in flight -> messages/s;
+2. pipelined: single SEND_MESSAGE_V2 of --size B, --window in flight -> requests/s;
+
+then prints each ratio ACL-on / ACL-off. The client signs in both runs, so the difference is the broker's check
+(account lookup, signature recomputation, permission table). The target: verification costs <= ~15% of batch
+throughput. Runs in about 4 x --seconds plus broker start-ups.
+
+Figures: see the final report of issue12-acl (2-core machine shared with other jobs; expect noise of +-10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from conftest import BrokerProcess  # noqa: E402  (the test suite's broker launcher)
+from integration.wire import WireClient, send_v2_fields  # noqa: E402
+from protocol.acl_signature import sign  # noqa: E402
+from protocol.codes import RequestCode as RC  # noqa: E402
+from protocol.message import BatchEntry, encode_batch_body  # noqa: E402
+
+ACCESS_KEY, SECRET_KEY = "bench_producer", "bench-secret-not-for-production"
+TOPIC = "AclBench"
+ACL_YAML = f"""accounts:
+  - accessKey: {ACCESS_KEY}
+    secretKey: {SECRET_KEY}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - {TOPIC}=PUB|SUB
+"""
+
+
+def signed_fields(ext: dict, body: bytes) -> dict:
+    fields = dict(ext, AccessKey=ACCESS_KEY)
+    fields["Signature"] = sign(SECRET_KEY, fields, body)
+    return fields
+
+
+async def run_window(client: WireClient, make, window: int, seconds: float) -> int:
+    """Keep `window` requests in flight for `seconds`; returns how many succeeded (failures abort)."""
+    done = 0
+    deadline = time.monotonic() + seconds
+    inflight: set[asyncio.Future] = set()
+    while time.monotonic() < deadline or inflight:
+        while len(inflight) < window and time.monotonic() < deadline:
+            code, fields, body = make()
+            inflight.add(client.send_nowait(client.make(code, fields, body)))
+        await client.writer.drain()
+        finished, inflight = await asyncio.wait(inflight, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        if not finished:
+            raise RuntimeError("no response within 10 s")
+        for fut in finished:
+            resp = fut.result()
+            if resp.code != 0:
+                raise RuntimeError(f"send refused: code {resp.code} {resp.remark}")
+            done += 1
+    return done
+
+
+async def measure(addr: str, args: argparse.Namespace) -> dict[str, float]:
+    payload = b"x" * args.size
+    batch_body = encode_batch_body([BatchEntry(0, payload, "") for _ in range(args.batch)])
+    async with await WireClient.connect(addr) as client:
+        def batch():
+            ext = send_v2_fields(TOPIC, queue_id=0)
+            return RC.SEND_BATCH_MESSAGE, signed_fields(ext, batch_body), batch_body
+
+        def single():
+            ext = send_v2_fields(TOPIC, queue_id=1)
+            return RC.SEND_MESSAGE_V2, signed_fields(ext, payload), payload
+
+        await run_window(client, batch, 1, 0.5)  # warm-up: topic creation, first files
+        started = time.monotonic()
+        batches = await run_window(client, batch, 4, args.seconds)
+        batch_rate = batches * args.batch / (time.monotonic() - started)
+        started = time.monotonic()
+        singles = await run_window(client, single, args.window, args.seconds)
+        single_rate = singles / (time.monotonic() - started)
+    return {"batch msgs/s": batch_rate, "pipelined sends/s": single_rate}
+
+
+def run_broker(workdir: Path, acl: bool, args: argparse.Namespace) -> dict[str, float]:
+    extra = {"aclEnable": "true" if acl else "false", "flushIntervalCommitLog": 500,
+             "mappedFileSizeCommitLog": 256 * 1024 * 1024}
+    (workdir / "plain_acl.yml").write_text(ACL_YAML)
+    broker = BrokerProcess(workdir, "acl-on" if acl else "acl-off", extra=extra).start()
+    try:
+        return asyncio.run(measure(broker.addr, args))
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="measuring time per case (default 8)")
+    parser.add_argument("--batch", type=int, default=256, help="messages per batch (default 256)")
+    parser.add_argument("--size", type=int, default=128, help="message body bytes (default 128)")
+    parser.add_argument("--window", type=int, default=64, help="pipelined sends in flight (default 64)")
+    args = parser.parse_args()
+    results = {}
+    for acl in (False, True):
+        with tempfile.TemporaryDirectory(prefix="acl-bench-") as tmp:
+            results[acl] = run_broker(Path(tmp), acl, args)
+    print(f"{'case':<20} {'ACL off':>12} {'ACL on':>12} {'on/off':>8}")
+    for case in results[False]:
+        off, on = results[False][case], results[True][case]
+        print(f"{case:<20} {off:>12,.0f} {on:>12,.0f} {on / off:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
