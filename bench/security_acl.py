@@ -28,11 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from conftest import BrokerProcess  # noqa: E402  (the test suite's broker launcher)
-from integration.wire import WireClient, send_v2_fields  # noqa: E402
-from protocol.acl_signature import sign  # noqa: E402
-from protocol.codes import RequestCode as RC  # noqa: E402
-from protocol.message import BatchEntry, encode_batch_body  # noqa: E402
+from conftest import BrokerProcess
+from integration.wire import WireClient, send_v2_fields
+
+from protocol.acl_signature import sign
+from protocol.codes import RequestCode as RC
+from protocol.message import BatchEntry, encode_batch_body
 
 ACCESS_KEY, SECRET_KEY = "bench_producer", "bench-secret-not-for-production"
 TOPIC = "AclBench"

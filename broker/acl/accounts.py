@@ -20,8 +20,20 @@ import yaml
 from protocol.acl_signature import value_text
 
 __all__ = [
-    "DENY", "ANY", "PUB", "SUB", "RETRY_GROUP_PREFIX", "AclFileError", "Account", "AclConfig",
-    "parse_permission", "compile_address_pattern", "unmap_ipv4", "group_resource", "load_acl_file", "parse_acl_text",
+    "ANY",
+    "DENY",
+    "PUB",
+    "RETRY_GROUP_PREFIX",
+    "SUB",
+    "Account",
+    "AclConfig",
+    "AclFileError",
+    "compile_address_pattern",
+    "group_resource",
+    "load_acl_file",
+    "parse_acl_text",
+    "parse_permission",
+    "unmap_ipv4",
 ]
 
 DENY = 1

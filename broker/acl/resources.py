@@ -14,7 +14,7 @@ from typing import Any
 from broker.acl.accounts import PUB, RETRY_GROUP_PREFIX, SUB, group_resource
 from protocol.codes import RequestCode
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "TRACE_TOPIC", "needed_resources", "Needs"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "TRACE_TOPIC", "Needs", "needed_resources"]
 
 Needs = list[tuple[str, int]]  # (resource, PUB or SUB); groups as "%RETRY%<group>"
 

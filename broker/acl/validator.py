@@ -14,14 +14,25 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from broker.acl.accounts import DENY, RETRY_GROUP_PREFIX, AclConfig, permission_text, unmap_ipv4
-from broker.acl.resources import ADMIN_CODES, NAMESRV_ADMIN_CODES, TRACE_TOPIC, needed_resources
+from broker.acl.accounts import (
+    DENY,
+    RETRY_GROUP_PREFIX,
+    AclConfig,
+    permission_text,
+    unmap_ipv4,
+)
+from broker.acl.resources import (
+    ADMIN_CODES,
+    NAMESRV_ADMIN_CODES,
+    TRACE_TOPIC,
+    needed_resources,
+)
 from broker.log_limit import RateLimitedLog
 from protocol.acl_signature import ACCESS_KEY, signature_matches
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 
-__all__ = ["AclValidator", "Refusal", "REMARK_PREFIX"]
+__all__ = ["REMARK_PREFIX", "AclValidator", "Refusal"]
 
 log = logging.getLogger(__name__)
 _refusals = RateLimitedLog(log)
@@ -122,7 +133,7 @@ class AclValidator:
         def guard(channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
             try:
                 refusal = check(cmd, channel.remote_host)
-            except Exception as exc:  # a bug: refuse (fail closed) with a remark, log the traceback rate-limited
+            except Exception as exc:  # noqa: BLE001 - a bug: refuse (fail closed) with a remark, log the traceback rate-limited
                 _refusals.error((where, "bug", type(exc).__name__), "%s: ACL check of request code %s failed",
                                 where, cmd.code, exc_info=exc)
                 refusal = _refuse(f"ACL check failed: {type(exc).__name__}: {exc}")

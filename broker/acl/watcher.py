@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from broker.acl.accounts import AclConfig, AclFileError, load_acl_file
 
-__all__ = ["AclFileWatcher", "DEFAULT_POLL_INTERVAL_S"]
+__all__ = ["DEFAULT_POLL_INTERVAL_S", "AclFileWatcher"]
 
 log = logging.getLogger(__name__)
 

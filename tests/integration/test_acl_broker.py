@@ -6,15 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT_ROOT, free_port
 
 from protocol.acl_signature import sign
 from protocol.codes import RequestCode, ResponseCode
 
-from conftest import PROJECT_ROOT, free_port
 from .wire import WireClient, pull_fields, send_v2_fields, wait_until
 
 ACL_YAML = """

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from broker.acl.accounts import (DENY, PUB, SUB, AclFileError, compile_address_pattern, load_acl_file,
-                                 parse_acl_text, parse_permission)
+from broker.acl.accounts import (
+    DENY,
+    PUB,
+    SUB,
+    AclFileError,
+    compile_address_pattern,
+    load_acl_file,
+    parse_acl_text,
+    parse_permission,
+)
 
 EXAMPLE = """
 globalWhiteRemoteAddresses:

@@ -80,8 +80,8 @@ def test_order_global_white_list_needs_nothing(validator):
 
 def test_order_missing_and_unknown_access_key(validator):
     unsigned = RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "OrderEvents"}, opaque=1)
-    assert validator.verify(unsigned, "127.0.0.1") == (ResponseCode.SYSTEM_ERROR, "AclException: No accessKey is "
-                                                       "configured (request code=10 from 127.0.0.1 is not signed)")
+    assert validator.verify(unsigned, "127.0.0.1") == (
+        ResponseCode.SYSTEM_ERROR, "AclException: No accessKey is configured (request code=10 from 127.0.0.1 is not signed)")
     stranger = signed(RequestCode.SEND_MESSAGE, {"topic": "OrderEvents"}, key="stranger1", secret="whatever1")
     assert validator.verify(stranger, "127.0.0.1")[1] == "AclException: No acl config for stranger1 (unknown accessKey)"
     empty = signed(RequestCode.SEND_MESSAGE, {"topic": "OrderEvents"}, key="", secret="")
