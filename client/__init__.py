@@ -12,6 +12,7 @@ from client.allocate import (
     AllocateMessageQueueConsistentHash,
     AllocateStrategy,
 )
+from client.credentials import Credentials
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -39,6 +40,7 @@ from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 
 __all__ = [
+    "Credentials",
     "Producer",
     "PullConsumer",
     "PushConsumer",

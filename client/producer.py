@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from client.credentials import Credentials
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -23,8 +24,9 @@ from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
-from client.wire import frame, make_send_header_builder
+from client.wire import frame, make_send_header_builder, send_ext_fields
 from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
 from protocol.ids import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Producer(ClientLifecycle):
         allow_msgpack: bool = True,
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
@@ -69,6 +72,7 @@ class Producer(ClientLifecycle):
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
+        self.credentials = credentials
         self._instance = ClientInstance(
             namesrv_addr,
             instance_name=instance_name,
@@ -77,6 +81,7 @@ class Producer(ClientLifecycle):
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
             rpc_timeout=send_timeout,
+            credentials=credentials,
         )
         self._instance.route_listeners.append(self._on_route)
         self._encoder = MessageEncoder(
@@ -177,6 +182,9 @@ class Producer(ClientLifecycle):
         )
         brokers = self._instance.brokers
         conn = brokers.connected(addr) or await brokers.connection(addr)
+        if self.credentials is not None:
+            conn.oneway(self._signed_send(mq, prepared))
+            return
         build = self._builder(prepared.topic, mq.broker_name, conn.serialize_type, False)
         header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
                        brokers.next_opaque(), 2)
@@ -422,6 +430,10 @@ class Producer(ClientLifecycle):
 
     def _issue(self, conn, mq: MessageQueue, prepared: PreparedSend, timeout: float) -> tuple[int, asyncio.Future]:
         """Encode and write the send request on conn; returns (opaque, response future)."""
+        if self.credentials is not None:
+            cmd = self._signed_send(mq, prepared)
+            fut = conn.request(cmd, timeout)  # assigns cmd.opaque
+            return cmd.opaque, fut
         serialize_type = conn.serialize_type
         build = self._builders.get((prepared.topic, mq.broker_name, serialize_type, prepared.batch))
         if build is None:
@@ -432,6 +444,16 @@ class Producer(ClientLifecycle):
             opaque, frame(serialize_type, header, prepared.body), timeout, _BATCH_CODE if prepared.batch else _SEND_CODE
         )
         return opaque, fut
+
+    def _signed_send(self, mq: MessageQueue, prepared: PreparedSend) -> RemotingCommand:
+        """The send request as a command (signed by the connection); the pre-encoded frames cannot be signed."""
+        ext = send_ext_fields(
+            producer_group=self.group, topic=prepared.topic, broker_name=mq.broker_name, queue_id=mq.queue_id,
+            sys_flag=prepared.sys_flag, born_timestamp=int(time.time() * 1000), flag=prepared.flag,
+            properties=prepared.props, default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=self.default_topic_queue_nums, batch=prepared.batch,
+        )
+        return RemotingCommand(_BATCH_CODE if prepared.batch else _SEND_CODE, ext_fields=ext, body=prepared.body)
 
     @staticmethod
     def _result(status, reply, mq: MessageQueue, prepared: PreparedSend) -> SendResult:

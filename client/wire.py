@@ -101,6 +101,28 @@ def _msgpack_builder(code, group, topic, broker_name, default_topic, queue_nums,
     return build
 
 
+def send_ext_fields(
+    *,
+    producer_group: str,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    flag: int,
+    properties: str,
+    default_topic: str = "TBW102",
+    default_topic_queue_nums: int = 4,
+    batch: bool = False,
+) -> dict[str, str]:
+    """The extFields the header builders write, as a dict (the signed send path builds a RemotingCommand)."""
+    return {
+        "a": producer_group, "b": topic, "c": default_topic, "d": str(default_topic_queue_nums), "e": str(queue_id),
+        "f": str(sys_flag), "g": str(born_timestamp), "h": str(flag), "i": properties, "j": "0", "k": "false",
+        "m": "true" if batch else "false", "n": broker_name,
+    }
+
+
 def frame(serialize_type: int, header: bytes, body: bytes) -> bytes:
     """Length prefix + type word + header + body."""
     header_length = len(header)
