@@ -62,7 +62,11 @@ async def _serve(config) -> int:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-POSIX
             pass
 
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except ConfigError as exc:  # e.g. an unreadable aclFile: one line naming the key and the file
+        print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
     try:
         await broker.start()
     except StoreLockedError as exc:

@@ -63,15 +63,17 @@ class Broker:
         self.metrics.install(self.dispatch_table, self.processors)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
+        # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
+        self.acl_validator, self.acl_watcher, request_guard = _build_acl(config)
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker",
-                                     guard=self.connection_guard)
+                                     guard=self.connection_guard, request_guard=request_guard)
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
         self.vip_server: RemotingServer | None = None
         if config.enable_vip_channel and config.listen_port > 2:
             self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
                                              max_frame_size=config.frame_max_length, name="broker-vip",
-                                             guard=self.connection_guard)
+                                             guard=self.connection_guard, request_guard=request_guard)
         self.namesrv = None
         self.registrar = None
         self._tasks: list[asyncio.Task] = []
@@ -119,13 +121,15 @@ class Broker:
             from broker.namesrv.__main__ import NameServer
 
             self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length,
-                                      guard=self.connection_guard)
+                                      guard=self.connection_guard, acl_validator=self.acl_validator)
             await self.namesrv.start()
             local_routes = self.namesrv.route_info
         await self.server.start()
         await self._start_vip_server()
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
         await self.registrar.start()
+        if self.acl_watcher is not None:
+            self.acl_watcher.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
         await self.metrics.start()
@@ -169,6 +173,8 @@ class Broker:
             self.processors["pull"].release_all()
         except Exception:
             log.exception("releasing held pulls failed")
+        if self.acl_watcher is not None:
+            await self.acl_watcher.stop()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -249,3 +255,23 @@ class Broker:
                     await manager.persist_async()
             except Exception:
                 log.exception("persisting consumer offsets failed")
+
+
+def _build_acl(config: BrokerConfig) -> tuple[Any, Any, Any]:
+    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None).
+    An unreadable or invalid aclFile raises ConfigError naming the key and the file."""
+    if not config.acl_enable:
+        return None, None, None
+    from broker.acl.accounts import AclFileError, load_acl_file
+    from broker.acl.validator import AclValidator
+    from broker.acl.watcher import AclFileWatcher
+    from broker.config import ConfigError
+
+    path = config.acl_file or os.path.abspath("plain_acl.yml")
+    try:
+        accounts = load_acl_file(path)
+    except AclFileError as exc:
+        raise ConfigError(f"key 'aclFile': {exc}", "aclFile") from None
+    validator = AclValidator(accounts)
+    log.info("ACL on: %d account(s) from %s", len(accounts.accounts), path)
+    return validator, AclFileWatcher(path, validator.update), validator.request_guard()

@@ -176,6 +176,11 @@ class BrokerConfig:
     trace_topic_enable: bool = False
     flush_consumer_offset_interval: int = 5000
     rebalance_lock_max_live_time: int = 60_000  # project key (a -D property in RocketMQ): queue lock lifetime, ms
+    # plain ACL (broker/acl): off by default
+    acl_enable: bool = False
+    acl_file: str | None = None  # None -> plain_acl.yml beside broker.conf (see load_broker_config)
+    access_key: str | None = None  # project keys: this broker's admin account, signs REGISTER_BROKER/UNREGISTER_BROKER
+    secret_key: str | None = None  # ... to name servers that have ACL on
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
@@ -233,7 +238,7 @@ class BrokerConfig:
         out = {}
         for key, attr in _KEY_TO_ATTR.items():
             value = getattr(self, attr)
-            if value is None:
+            if value is None or attr == "secret_key":  # never hand the secret out (GET_BROKER_CONFIG, -p)
                 continue
             out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
         return out
@@ -352,6 +357,9 @@ class BrokerConfig:
             parse_delay_levels(self.message_delay_level)
         except ValueError as exc:
             raise ConfigError(str(exc), "messageDelayLevel") from None
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("accessKey and secretKey go together: set both or neither",
+                              "secretKey" if self.access_key else "accessKey")
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
 
@@ -571,6 +579,10 @@ def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, A
             raise ConfigError(f"override: unknown key {key!r}", key)
         values[attr] = _convert_at(attr, value, "override")
         origin[attr] = "override"
+    if "acl_file" in values and values["acl_file"] and path is not None:  # relative to broker.conf's folder
+        values["acl_file"] = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.expanduser(values["acl_file"]))
+    elif path is not None and values.get("acl_enable"):
+        values.setdefault("acl_file", os.path.join(os.path.dirname(os.path.abspath(path)), "plain_acl.yml"))
     try:
         return BrokerConfig(**values)
     except ConfigError as exc:

@@ -39,6 +39,7 @@ _request_errors = RateLimitedLog(log)  # bad headers and failing handlers: per r
 
 HandlerResult = Union[RemotingCommand, bytes, None, Awaitable[Union[RemotingCommand, bytes, None]]]
 Handler = Callable[["Channel", RemotingCommand], HandlerResult]
+RequestGuard = Callable[["Channel", RemotingCommand], Union[RemotingCommand, None]]  # an error response refuses
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _SEPARATE_BODY_THRESHOLD = 16 * 1024  # bodies at least this big are written without joining them to the header
@@ -405,8 +406,11 @@ class RemotingServer:
         max_frame_size: int = DEFAULT_MAX_FRAME,
         name: str = "broker",
         guard: ConnectionGuard | None = None,
+        request_guard: RequestGuard | None = None,
     ) -> None:
         self.handlers = handlers
+        # Checked before every handler when set (ACL); None costs nothing on the hot path.
+        self.request_guard = request_guard
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
@@ -485,6 +489,12 @@ class RemotingServer:
     # ---- dispatch ------------------------------------------------------------------------
     def dispatch(self, channel: Channel, cmd: RemotingCommand) -> None:
         """Run the handler for `cmd`; queue the response (if any) on the channel."""
+        if self.request_guard is not None:
+            refusal = self.request_guard(channel, cmd)
+            if refusal is not None:
+                if not cmd.flag & 2:
+                    channel.send_response(refusal)
+                return
         handler = self.handlers.get(cmd.code)
         if handler is None:
             if not cmd.flag & 2:

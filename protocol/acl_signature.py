@@ -45,15 +45,17 @@ def signed_content(ext_fields: Mapping[str, object] | None, body: bytes | bytear
                    exclude: Collection[str] = ()) -> bytes:
     """The bytes the HMAC covers: sorted values (less ``Signature`` and ``exclude``) then the body."""
     fields = ext_fields or {}
-    keys = sorted((k for k in fields if k != SIGNATURE and k not in exclude), key=_java_order)
-    text = "".join(value_text(fields[k]) for k in keys).encode("utf-8")
+    keys = [k for k in fields if k != SIGNATURE and k not in exclude]
+    # ASCII keys (every real header) sort the same by code point: skip the UTF-16 key function (hot path).
+    keys.sort(key=None if all(k.isascii() for k in keys) else _java_order)
+    text = "".join([v if type(v) is str else value_text(v) for v in map(fields.__getitem__, keys)]).encode("utf-8")
     return text + bytes(body) if body else text
 
 
 def sign(secret_key: str, ext_fields: Mapping[str, object] | None,
          body: bytes | bytearray | memoryview | None = None, exclude: Collection[str] = ()) -> str:
     """Base64 HMAC-SHA1 of ``signed_content`` keyed with ``secret_key``."""
-    digest = hmac.new(secret_key.encode("utf-8"), signed_content(ext_fields, body, exclude), hashlib.sha1).digest()
+    digest = hmac.digest(secret_key.encode("utf-8"), signed_content(ext_fields, body, exclude), hashlib.sha1)
     return base64.b64encode(digest).decode("ascii")
 
 

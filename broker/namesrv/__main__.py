@@ -13,12 +13,18 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
 
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info import RouteInfoManager
+
+if TYPE_CHECKING:
+    from broker.acl.validator import AclValidator
+    from broker.acl.watcher import AclFileWatcher
 
 log = logging.getLogger("broker.namesrv")
 
@@ -40,13 +46,17 @@ class NameServer:
     """A name server on a remoting port (standalone process or embedded in a broker)."""
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, max_frame_size: int = 16 * 1024 * 1024,
-                 route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None) -> None:
+                 route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None,
+                 acl_validator: "AclValidator | None" = None) -> None:
         self.route_info = route_info or RouteInfoManager()
         self.processor = NamesrvProcessor(self.route_info)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.guard = guard  # shared with the broker when embedded; None: default limits
+        # ACL on: route-changing codes need an admin account's signature (the broker's validator when embedded)
+        self.acl_validator = acl_validator
+        self.acl_watcher: "AclFileWatcher | None" = None
         self._server = None
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -56,12 +66,17 @@ class NameServer:
         self._server = RemotingServer(
             self.processor.handlers(), self.host, self.port, max_frame_size=self.max_frame_size, name="namesrv",
             guard=self.guard,
+            request_guard=self.acl_validator.request_guard(namesrv=True) if self.acl_validator is not None else None,
         )
         await self._server.start()
         self.port = self._server.port
         self._expiry_task = asyncio.create_task(expire_brokers_forever(self.route_info), name="namesrv-expiry")
+        if self.acl_watcher is not None:
+            self.acl_watcher.start()
 
     async def close(self) -> None:
+        if self.acl_watcher is not None:
+            await self.acl_watcher.stop()
         task, self._expiry_task = self._expiry_task, None
         if task is not None:
             task.cancel()
@@ -72,10 +87,12 @@ class NameServer:
 
 
 _SERVER_KEYS = ("listenPort", "frameMaxLength")
+_ACL_KEYS = ("aclEnable", "aclFile")
 
 
-def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
-    """Read a name server config file: (listenPort/frameMaxLength found, connection limits).
+def load_namesrv_config(path: str) -> tuple[dict[str, Any], ConnectionLimits]:
+    """Read a name server config file: (listenPort/frameMaxLength/aclEnable/aclFile found, connection limits).
+    aclFile is made absolute against the file's folder (default: plain_acl.yml there).
     Other keys (NamesrvConfig's, e.g. kvConfigPath) are reported and ignored. Raises ValueError."""
     from broker.config import ConfigError, parse_properties
 
@@ -87,11 +104,17 @@ def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     limit_keys = ConnectionLimits.keys()
-    server: dict[str, int] = {}
+    server: dict[str, Any] = {}
     limits: dict[str, str] = {}
     for line, key, value in entries:
         if key in limit_keys:
             limits[key] = value
+        elif key == "aclEnable":
+            if value.strip().lower() not in ("true", "false"):
+                raise ValueError(f"{path} line {line}: aclEnable: expected true or false, got {value!r}")
+            server[key] = value.strip().lower() == "true"
+        elif key == "aclFile":
+            server[key] = value.strip()
         elif key in _SERVER_KEYS:
             try:
                 server[key] = int(value.strip())
@@ -99,6 +122,8 @@ def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
                 raise ValueError(f"{path} line {line}: {key}: expected an integer, got {value!r}") from None
         else:
             log.warning("%s line %d: key %r is not used by this name server; ignored", path, line, key)
+    folder = os.path.dirname(os.path.abspath(path))
+    server["aclFile"] = os.path.join(folder, os.path.expanduser(server.get("aclFile") or "plain_acl.yml"))
     try:
         return server, ConnectionLimits.from_properties(limits)
     except ValueError as exc:
@@ -107,7 +132,8 @@ def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ-compatible name server")
-    parser.add_argument("-c", "--config", help="config file (Java properties): listenPort, connection limits")
+    parser.add_argument("-c", "--config", help="config file (Java properties): listenPort, connection limits, "
+                        "aclEnable, aclFile")
     parser.add_argument("-p", "--port", type=int, default=None, help="listen port (default 9876)")
     parser.add_argument("-H", "--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
     parser.add_argument("-l", "--log-level", default="INFO", help="logging level (default INFO)")
@@ -117,9 +143,27 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-async def _serve(args: argparse.Namespace, settings: dict[str, int], limits: ConnectionLimits) -> None:
+def _namesrv_acl(settings: dict[str, Any]) -> tuple["AclValidator | None", "AclFileWatcher | None"]:
+    """With aclEnable=true: a validator over aclFile and its watcher; ValueError (one line) if the file is bad."""
+    if not settings.get("aclEnable"):
+        return None, None
+    from broker.acl.accounts import AclFileError, load_acl_file
+    from broker.acl.validator import AclValidator
+    from broker.acl.watcher import AclFileWatcher
+
+    path = settings["aclFile"]
+    try:
+        validator = AclValidator(load_acl_file(path))
+    except AclFileError as exc:
+        raise ValueError(f"key 'aclFile': {exc}") from None
+    return validator, AclFileWatcher(path, validator.update)
+
+
+async def _serve(args: argparse.Namespace, settings: dict[str, Any], limits: ConnectionLimits,
+                 acl: tuple["AclValidator | None", "AclFileWatcher | None"] = (None, None)) -> None:
     server = NameServer(args.host, args.port, settings.get("frameMaxLength", 16 * 1024 * 1024),
-                        guard=ConnectionGuard(limits))
+                        guard=ConnectionGuard(limits), acl_validator=acl[0])
+    server.acl_watcher = acl[1]
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -140,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    settings: dict[str, int] = {}
+    settings: dict[str, Any] = {}
     limits = ConnectionLimits()
+    acl: tuple[Any, Any] = (None, None)
     if args.config:
         try:
             settings, limits = load_namesrv_config(args.config)
+            acl = _namesrv_acl(settings)
         except ValueError as exc:
             print(f"mqnamesrv: {exc}", file=sys.stderr)
             return 2
@@ -161,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_serve(args, settings, limits))
+            runner.run(_serve(args, settings, limits, acl))
     except OSError as exc:
         print(f"mqnamesrv: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

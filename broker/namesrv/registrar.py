@@ -25,6 +25,7 @@ from broker.namesrv.processor import body_crc32
 from broker.managers.persistence import data_version_key
 from broker.namesrv.route_info import RouteInfoManager
 from protocol.codes import RequestCode, ResponseCode
+from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.command import RemotingCommand
 from protocol.jsonlenient import dumps_compact
 
@@ -174,7 +175,15 @@ class BrokerRegistrar:
             "compressed": "false",
             "bodyCrc32": str(body_crc32(body)),
         }
-        return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body, opaque=next_opaque())
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, self._signed(ext, body), body, opaque=next_opaque())
+
+    def _signed(self, ext: dict[str, str], body: bytes = b"") -> dict[str, str]:
+        """With accessKey/secretKey in broker.conf: AccessKey then Signature added, for name servers with ACL on."""
+        cfg = self.config
+        if cfg.access_key and cfg.secret_key:
+            ext[ACCESS_KEY] = cfg.access_key
+            ext[SIGNATURE] = sign(cfg.secret_key, ext, body)
+        return ext
 
     def build_register_request(self) -> RemotingCommand:
         """REGISTER_BROKER with the whole table, encoded inline (tools and tests)."""
@@ -260,7 +269,7 @@ class BrokerRegistrar:
             "clusterName": cfg.broker_cluster_name,
             "brokerId": str(cfg.broker_id),
         }
-        cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, ext, opaque=next_opaque())
+        cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._signed(ext), opaque=next_opaque())
         try:
             await connection.invoke(cmd, min(self.request_timeout, 1.0))
         except (OSError, asyncio.TimeoutError, ConnectionError):

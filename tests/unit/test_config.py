@@ -212,3 +212,19 @@ def test_to_store_config(tmp_path):
     assert store.mapped_file_size_commit_log == 1073741824
     assert store.flush_interval_commit_log_ms == 500 and store.delete_when == "04"
     assert store.store_host == bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
+
+
+def test_acl_file_defaults_beside_the_conf_and_relative_paths_follow_it(tmp_path):
+    conf = tmp_path / "conf" / "broker.conf"
+    conf.parent.mkdir()
+    conf.write_text(f"storePathRootDir={tmp_path}/store\naclEnable=true\n")
+    assert load_broker_config(conf).acl_file == str(tmp_path / "conf" / "plain_acl.yml")
+    conf.write_text(f"storePathRootDir={tmp_path}/store\naclEnable=true\naclFile=acl/accounts.yml\n")
+    assert load_broker_config(conf).acl_file == str(tmp_path / "conf" / "acl" / "accounts.yml")
+
+
+def test_secret_key_is_never_listed_and_needs_its_access_key(tmp_path):
+    cfg = BrokerConfig(store_path_root_dir=str(tmp_path), access_key="broker_admin", secret_key="admin-secret-1")
+    assert cfg.to_properties()["accessKey"] == "broker_admin" and "secretKey" not in cfg.to_properties()
+    with pytest.raises(ConfigError, match="set both or neither"):
+        BrokerConfig(store_path_root_dir=str(tmp_path), secret_key="admin-secret-1")
