@@ -24,9 +24,8 @@ from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
-from client.wire import frame, make_send_header_builder, send_ext_fields
+from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
 from protocol.ids import UniqKeyGenerator
 
 log = logging.getLogger(__name__)
@@ -182,12 +181,13 @@ class Producer(ClientLifecycle):
         )
         brokers = self._instance.brokers
         conn = brokers.connected(addr) or await brokers.connection(addr)
-        if self.credentials is not None:
-            conn.oneway(self._signed_send(mq, prepared))
-            return
         build = self._builder(prepared.topic, mq.broker_name, conn.serialize_type, False)
-        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
-                       brokers.next_opaque(), 2)
+        if self.credentials is None:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           brokers.next_opaque(), 2)
+        else:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           brokers.next_opaque(), 2, prepared.body)
         conn.oneway_frame(frame(conn.serialize_type, header, prepared.body))
 
     def send_async(
@@ -359,10 +359,17 @@ class Producer(ClientLifecycle):
         key = (topic, broker_name, serialize_type, batch)
         build = self._builders.get(key)
         if build is None:
-            build = make_send_header_builder(
+            options = dict(
                 serialize_type=serialize_type, producer_group=self.group, topic=topic, broker_name=broker_name,
                 default_topic=DEFAULT_TOPIC, default_topic_queue_nums=self.default_topic_queue_nums, batch=batch,
             )
+            credentials = self.credentials
+            if credentials is None:
+                build = make_send_header_builder(**options)
+            else:
+                build = make_signed_send_header_builder(
+                    access_key=credentials.access_key, secret_key=credentials.secret_key,
+                    security_token=credentials.security_token, **options)
             self._builders[key] = build
         return build
 
@@ -430,30 +437,21 @@ class Producer(ClientLifecycle):
 
     def _issue(self, conn, mq: MessageQueue, prepared: PreparedSend, timeout: float) -> tuple[int, asyncio.Future]:
         """Encode and write the send request on conn; returns (opaque, response future)."""
-        if self.credentials is not None:
-            cmd = self._signed_send(mq, prepared)
-            fut = conn.request(cmd, timeout)  # assigns cmd.opaque
-            return cmd.opaque, fut
         serialize_type = conn.serialize_type
         build = self._builders.get((prepared.topic, mq.broker_name, serialize_type, prepared.batch))
         if build is None:
             build = self._builder(prepared.topic, mq.broker_name, serialize_type, prepared.batch)
         opaque = conn.owner.next_opaque()
-        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props, opaque, 0)
+        if self.credentials is None:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           opaque, 0)
+        else:  # signed: the same template plus AccessKey and a Signature over the values and the body
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           opaque, 0, prepared.body)
         fut = conn.request_frame(
             opaque, frame(serialize_type, header, prepared.body), timeout, _BATCH_CODE if prepared.batch else _SEND_CODE
         )
         return opaque, fut
-
-    def _signed_send(self, mq: MessageQueue, prepared: PreparedSend) -> RemotingCommand:
-        """The send request as a command (signed by the connection); the pre-encoded frames cannot be signed."""
-        ext = send_ext_fields(
-            producer_group=self.group, topic=prepared.topic, broker_name=mq.broker_name, queue_id=mq.queue_id,
-            sys_flag=prepared.sys_flag, born_timestamp=int(time.time() * 1000), flag=prepared.flag,
-            properties=prepared.props, default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=self.default_topic_queue_nums, batch=prepared.batch,
-        )
-        return RemotingCommand(_BATCH_CODE if prepared.batch else _SEND_CODE, ext_fields=ext, body=prepared.body)
 
     @staticmethod
     def _result(status, reply, mq: MessageQueue, prepared: PreparedSend) -> SendResult:
