@@ -58,7 +58,7 @@ PROPS = "UNIQ_KEY\x017F0000010000000000000000000001\x02WAIT\x01true\x02"
 def micro(serialize_type: int, size: int, n: int = 20000) -> tuple[float, float, float]:
     """us per send: unsigned template, signed template (the producer's path), general signed command path."""
     body = b"x" * size
-    options = dict(serialize_type=serialize_type, producer_group="pg", topic=TOPIC, broker_name="broker-a")
+    options = {"serialize_type": serialize_type, "producer_group": "pg", "topic": TOPIC, "broker_name": "broker-a"}
     build = make_send_header_builder(**options)
     start = time.perf_counter()
     for i in range(n):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from protocol.acl_signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, sign
 from protocol.command import RemotingCommand
 
-__all__ = ["Credentials", "ACCESS_KEY_ENV", "SECRET_KEY_ENV", "SECURITY_TOKEN_ENV"]
+__all__ = ["ACCESS_KEY_ENV", "SECRET_KEY_ENV", "SECURITY_TOKEN_ENV", "Credentials"]
 
 ACCESS_KEY_ENV = "ROCKETMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "ROCKETMQ_SECRET_KEY"
@@ -54,7 +54,7 @@ class Credentials:
             raise ValueError("the security token must be a string")
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Credentials | None":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Credentials | None:
         """Credentials from ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY (/ ROCKETMQ_SECURITY_TOKEN); None if either
         key is unset or blank (like the reference tools, which then do not sign)."""
         env = os.environ if environ is None else environ

@@ -359,10 +359,11 @@ class Producer(ClientLifecycle):
         key = (topic, broker_name, serialize_type, batch)
         build = self._builders.get(key)
         if build is None:
-            options = dict(
-                serialize_type=serialize_type, producer_group=self.group, topic=topic, broker_name=broker_name,
-                default_topic=DEFAULT_TOPIC, default_topic_queue_nums=self.default_topic_queue_nums, batch=batch,
-            )
+            options = {
+                "serialize_type": serialize_type, "producer_group": self.group, "topic": topic,
+                "broker_name": broker_name, "default_topic": DEFAULT_TOPIC,
+                "default_topic_queue_nums": self.default_topic_queue_nums, "batch": batch,
+            }
             credentials = self.credentials
             if credentials is None:
                 build = make_send_header_builder(**options)

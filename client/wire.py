@@ -150,7 +150,7 @@ def make_signed_send_header_builder(
             f'"c":{_json_str(default_topic)},"d":"{default_topic_queue_nums}","e":"'
         )
         tail_ext = f',"j":"0","k":"false","m":"{batch_text}","n":{_json_str(broker_name)},"Signature":"'
-        lang = f'"}},"flag":'
+        lang = '"},"flag":'
         rest = f',"language":{_json_str(language)},"opaque":'
         end = f',"serializeTypeCurrentRPC":"JSON","version":{version}}}'
 

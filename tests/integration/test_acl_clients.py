@@ -15,8 +15,17 @@ import time
 import pytest
 from conftest import PROJECT_ROOT
 
-from client import ConsumeResult, Credentials, Message, MQBrokerError, Producer, PullConsumer, PullStatus, PushConsumer
-from client import sync
+from client import (
+    ConsumeResult,
+    Credentials,
+    Message,
+    MQBrokerError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    sync,
+)
 
 ACL_YAML = """
 globalWhiteRemoteAddresses:

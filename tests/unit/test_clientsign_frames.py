@@ -15,10 +15,14 @@ import pytest
 from client import Credentials, Message, Producer, PullConsumer
 from client.admin import cli
 from client.remoting import RemotingClient
-from protocol.acl_signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, signature_matches
+from protocol.acl_signature import (
+    ACCESS_KEY,
+    SECURITY_TOKEN,
+    SIGNATURE,
+    signature_matches,
+)
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import RemotingCommand, decode_command, encode_command
-
 
 ACCESS = "orders_app"
 SECRET = "orders-secret-1"
@@ -35,7 +39,7 @@ class RecordingServer:
         self.addr = ""
         self._writers: list[asyncio.StreamWriter] = []
 
-    async def start(self) -> "RecordingServer":
+    async def start(self) -> RecordingServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.addr = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
