@@ -4,6 +4,7 @@
                         ConsumeOrderlyResult
 
 Blocking variants for scripts: client.sync.Producer / PullConsumer / PushConsumer.
+Brokers with plain ACL (aclEnable=true): pass ``credentials=Credentials(access_key, secret_key)`` to any of them.
 """
 
 from client.allocate import (
