@@ -4,6 +4,7 @@
                         ConsumeOrderlyResult
 
 Blocking variants for scripts: client.sync.Producer / PullConsumer / PushConsumer.
+Brokers with plain ACL (aclEnable=true): pass ``credentials=Credentials(access_key, secret_key)`` to any of them.
 """
 
 from client.allocate import (
@@ -12,6 +13,7 @@ from client.allocate import (
     AllocateMessageQueueConsistentHash,
     AllocateStrategy,
 )
+from client.credentials import Credentials
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -39,6 +41,7 @@ from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 
 __all__ = [
+    "Credentials",
     "Producer",
     "PullConsumer",
     "PushConsumer",

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from client.credentials import Credentials
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -23,7 +24,7 @@ from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
-from client.wire import frame, make_send_header_builder
+from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import UniqKeyGenerator
 
@@ -58,6 +59,7 @@ class Producer(ClientLifecycle):
         allow_msgpack: bool = True,
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
@@ -69,6 +71,7 @@ class Producer(ClientLifecycle):
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
+        self.credentials = credentials
         self._instance = ClientInstance(
             namesrv_addr,
             instance_name=instance_name,
@@ -77,6 +80,7 @@ class Producer(ClientLifecycle):
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
             rpc_timeout=send_timeout,
+            credentials=credentials,
         )
         self._instance.route_listeners.append(self._on_route)
         self._encoder = MessageEncoder(
@@ -178,8 +182,12 @@ class Producer(ClientLifecycle):
         brokers = self._instance.brokers
         conn = brokers.connected(addr) or await brokers.connection(addr)
         build = self._builder(prepared.topic, mq.broker_name, conn.serialize_type, False)
-        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
-                       brokers.next_opaque(), 2)
+        if self.credentials is None:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           brokers.next_opaque(), 2)
+        else:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           brokers.next_opaque(), 2, prepared.body)
         conn.oneway_frame(frame(conn.serialize_type, header, prepared.body))
 
     def send_async(
@@ -351,10 +359,18 @@ class Producer(ClientLifecycle):
         key = (topic, broker_name, serialize_type, batch)
         build = self._builders.get(key)
         if build is None:
-            build = make_send_header_builder(
-                serialize_type=serialize_type, producer_group=self.group, topic=topic, broker_name=broker_name,
-                default_topic=DEFAULT_TOPIC, default_topic_queue_nums=self.default_topic_queue_nums, batch=batch,
-            )
+            options = {
+                "serialize_type": serialize_type, "producer_group": self.group, "topic": topic,
+                "broker_name": broker_name, "default_topic": DEFAULT_TOPIC,
+                "default_topic_queue_nums": self.default_topic_queue_nums, "batch": batch,
+            }
+            credentials = self.credentials
+            if credentials is None:
+                build = make_send_header_builder(**options)
+            else:
+                build = make_signed_send_header_builder(
+                    access_key=credentials.access_key, secret_key=credentials.secret_key,
+                    security_token=credentials.security_token, **options)
             self._builders[key] = build
         return build
 
@@ -427,7 +443,12 @@ class Producer(ClientLifecycle):
         if build is None:
             build = self._builder(prepared.topic, mq.broker_name, serialize_type, prepared.batch)
         opaque = conn.owner.next_opaque()
-        header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props, opaque, 0)
+        if self.credentials is None:
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           opaque, 0)
+        else:  # signed: the same template plus AccessKey and a Signature over the values and the body
+            header = build(mq.queue_id, prepared.sys_flag, int(time.time() * 1000), prepared.flag, prepared.props,
+                           opaque, 0, prepared.body)
         fut = conn.request_frame(
             opaque, frame(serialize_type, header, prepared.body), timeout, _BATCH_CODE if prepared.batch else _SEND_CODE
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from client.consumer_ops import ConsumerOps
+from client.credentials import Credentials
 from client.errors import MQClientError
 from client.instance import ClientLifecycle, ClientInstance
 from client.message import MessageQueue, MessageSelector, PullResult
@@ -24,6 +25,7 @@ class PullConsumer(ClientLifecycle):
         consumer_timeout_when_suspend: float = 30.0,
         allow_msgpack: bool = True,
         rpc_timeout: float = 3.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -39,6 +41,7 @@ class PullConsumer(ClientLifecycle):
             heartbeat_data=self._heartbeat_data,
             allow_msgpack=allow_msgpack,
             rpc_timeout=rpc_timeout,
+            credentials=credentials,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._selectors: dict[str, MessageSelector] = {}

@@ -37,6 +37,7 @@ from client.allocate import AllocateStrategy, resolve_strategy, sort_queues
 from client.consume_orderly import ConsumeOrderlyService
 from client.consume_service import RETRY_PREFIX, ConsumeService, Listener
 from client.consumer_ops import ConsumerOps
+from client.credentials import Credentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance
 from client.message import MessageExt, MessageQueue, MessageSelector, PullStatus
@@ -97,6 +98,7 @@ class PushConsumer:
         allow_msgpack: bool = True,
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -133,6 +135,7 @@ class PushConsumer:
             allow_msgpack=allow_msgpack,
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
+            credentials=credentials,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._subscriptions: dict[str, MessageSelector] = {}

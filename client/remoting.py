@@ -8,6 +8,11 @@ with RemotingClosedError and is replaced on next use.
 msgpack negotiation (project contract): when `heartbeat_body` is given (broker connections), each new connection first
 sends HEART_BEAT; only if the reply's extField `serializeTypes` lists MSGPACK does that connection switch to
 serialize type 2. Name-server connections and stock brokers always stay on JSON.
+
+ACL (plain ACL 4.x): a RemotingClient given `credentials` signs every request it sends through `request` / `oneway`
+(the connection handshake included), name servers too, as the reference clients do. Pre-encoded frames
+(`request_frame` / `oneway_frame`) are sent as they are: callers check `owner.credentials` and build a command
+instead. Responses to broker-initiated requests are not signed (brokers do not check responses).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
+from client.credentials import Credentials
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import RemotingCommand, encode_command
@@ -139,7 +145,8 @@ class Connection(asyncio.Protocol):
         out.clear()
 
     def request_frame(self, opaque: int, frame: bytes, timeout: float, code: int = 0) -> asyncio.Future:
-        """Send a pre-encoded request frame carrying `opaque`; the future resolves to the response command."""
+        """Send a pre-encoded request frame carrying `opaque` (as it is: never signed); the future resolves to the
+        response command."""
         if self.closed:
             raise RemotingClosedError(f"connection to {self.addr} is closed ({self.close_reason})")
         fut = self.loop.create_future()
@@ -153,10 +160,13 @@ class Connection(asyncio.Protocol):
         """Send a two-way request (opaque assigned here); returns the response future."""
         cmd.opaque = opaque = self.owner.next_opaque()
         cmd.serialize_type = self.serialize_type
+        credentials = self.owner.credentials
+        if credentials is not None:
+            credentials.sign(cmd)
         return self.request_frame(opaque, encode_command(cmd), timeout, cmd.code)
 
     def oneway_frame(self, frame: bytes) -> None:
-        """Send a pre-encoded one-way frame (flag bit 1 already set by the caller)."""
+        """Send a pre-encoded one-way frame (flag bit 1 already set by the caller; never signed)."""
         if self.closed:
             raise RemotingClosedError(f"connection to {self.addr} is closed ({self.close_reason})")
         self._write(frame)
@@ -167,6 +177,9 @@ class Connection(asyncio.Protocol):
         cmd.opaque = self.owner.next_opaque()
         cmd.flag |= 2
         cmd.serialize_type = self.serialize_type
+        credentials = self.owner.credentials
+        if credentials is not None:
+            credentials.sign(cmd)
         self._write(encode_command(cmd))
 
     def cancel(self, opaque: int) -> None:
@@ -246,6 +259,7 @@ class RemotingClient:
     heartbeat_body: when given (broker pools), a callable returning the HEART_BEAT body sent first on every new
     connection; the reply decides msgpack and records the broker version. allow_msgpack=False forces JSON.
     request_handler(conn, cmd): answers broker->client requests (NOTIFY_CONSUMER_IDS_CHANGED, ...).
+    credentials: when given, every request sent by `request` / `oneway` is signed (plain ACL).
     """
 
     def __init__(
@@ -257,8 +271,10 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         max_frame_size: int = _MAX_FRAME,
         write_batch_frames: int = 1 << 30,
+        credentials: Credentials | None = None,
     ) -> None:
         self.request_handler = request_handler
+        self.credentials = credentials
         self.heartbeat_body = heartbeat_body
         self.allow_msgpack = allow_msgpack
         self.connect_timeout = connect_timeout

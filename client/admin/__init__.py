@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from client.credentials import Credentials
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from client.remoting import RemotingClient
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, TopicStatsTable
@@ -79,12 +80,15 @@ def _request_name(code: int) -> str:
 class AdminClient:
     """Async admin operations; use as ``async with AdminClient("127.0.0.1:9876") as admin: ...``."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT_S,
+                 credentials: Credentials | None = None) -> None:
+        """credentials: sign every request (name server and brokers) for a broker with plain ACL on."""
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.replace(",", ";").split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise AdminError("no name server address given (use -n host:port or NAMESRV_ADDR)")
         self.timeout = timeout
-        self.remoting = RemotingClient(allow_msgpack=False, connect_timeout=min(timeout, 3.0))
+        self.remoting = RemotingClient(allow_msgpack=False, connect_timeout=min(timeout, 3.0),
+                                       credentials=credentials)
 
     async def __aenter__(self) -> "AdminClient":
         return self

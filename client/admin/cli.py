@@ -4,6 +4,9 @@ Usage: ``mqadmin <subCommand> [options]`` — e.g. ``mqadmin updateTopic -n 127.
 Every sub-command takes ``-n host:port`` (default: $NAMESRV_ADDR or 127.0.0.1:9876), ``--json`` (machine
 output) and ``--timeout`` seconds, and has its own ``--help``.
 
+ACL: ``--access-key`` / ``--secret-key`` (default: $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY) sign every request for
+a broker with ``aclEnable=true``; with either missing, nothing is signed.
+
 Exit codes: 0 ok, 1 request refused / failed, 2 usage error, 3 name server or broker unreachable,
 4 not found (unknown topic, group, message), 130 interrupted.
 """
@@ -19,6 +22,7 @@ from typing import Callable
 
 from client.admin import AdminClient, AdminError
 from client.admin import commands
+from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 EXIT_USAGE = 2
@@ -68,6 +72,12 @@ def _common_options() -> argparse.ArgumentParser:
                         help="name server address host:port[;host:port] (default: $NAMESRV_ADDR or %(default)s)")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
+    acl = common.add_argument_group("ACL (brokers with aclEnable=true)")
+    acl.add_argument("--access-key", "--accessKey", dest="access_key",
+                     help=f"account to sign requests with (default: ${ACCESS_KEY_ENV})")
+    acl.add_argument("--secret-key", "--secretKey", dest="secret_key",
+                     help=f"its secret key (default: ${SECRET_KEY_ENV}; prefer the variable: "
+                          "arguments are visible to other users)")
     return common
 
 
@@ -173,14 +183,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def credentials_from(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Credentials | None:
+    """Options first, then the environment; None (no signing) when no access key or no secret key is given."""
+    env = os.environ if environ is None else environ
+    access_key = (getattr(args, "access_key", None) or env.get(ACCESS_KEY_ENV) or "").strip()
+    secret_key = (getattr(args, "secret_key", None) or env.get(SECRET_KEY_ENV) or "").strip()
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        missing = "--access-key" if not access_key else "--secret-key"
+        variable = ACCESS_KEY_ENV if not access_key else SECRET_KEY_ENV
+        raise ValueError(f"ACL credentials are incomplete: give {missing} (or set {variable})")
+    return Credentials(access_key, secret_key, (env.get(SECURITY_TOKEN_ENV) or "").strip() or None)
+
+
 async def run(args: argparse.Namespace) -> int:
-    async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+    credentials = args.credentials if "credentials" in args else credentials_from(args)
+    async with AdminClient(args.namesrv, timeout=args.timeout, credentials=credentials) as admin:
         return int(await args.handler(admin, args) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        args.credentials = credentials_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # exit code 2, like any usage error
     try:
         return asyncio.run(run(args))
     except AdminError as exc:

@@ -6,6 +6,7 @@
  * a pure-JavaScript RocketMQ remoting client written independently of this project.
  *
  *   node produce_consume.js --namesrv 127.0.0.1:9876 --topic T --group G --count 10 [--timeout-ms 90000]
+ *                           [--access-key AK --secret-key SK]   (plain ACL: ali-ons signs every request)
  *
  * 1. A producer sends the first half of `count` messages (even index -> TagA, odd -> TagB, key "key-<i>").
  * 2. A clustering push consumer subscribes to TagA (CONSUME_FROM_FIRST_OFFSET) and must receive those.
@@ -21,7 +22,7 @@ const { Producer, Consumer, Message } = require('ali-ons');
 const TOPIC_NOT_EXIST = 17;
 
 function parseArgs(argv) {
-  const args = { namesrv: '127.0.0.1:9876', topic: null, group: null, count: 10, timeoutMs: 90000, stepTimeoutMs: 30000 };
+  const args = { namesrv: '127.0.0.1:9876', topic: null, group: null, count: 10, timeoutMs: 90000, stepTimeoutMs: 30000, accessKey: null, secretKey: null };
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i];
     const value = argv[i + 1];
@@ -33,6 +34,8 @@ function parseArgs(argv) {
       case '--count': args.count = parseInt(value, 10); break;
       case '--timeout-ms': args.timeoutMs = parseInt(value, 10); break;
       case '--step-timeout-ms': args.stepTimeoutMs = parseInt(value, 10); break;
+      case '--access-key': args.accessKey = value; break;
+      case '--secret-key': args.secretKey = value; break;
       default: throw new Error(`unknown argument ${key}`);
     }
   }
@@ -99,8 +102,11 @@ const commonOptions = {
   httpclient: noHttp,
   nameSrv: args.namesrv,
   clientIP: '127.0.0.1',
-  // no accessKey/secretKey: plain open-source RocketMQ, no request signing
+  // without accessKey/secretKey: plain open-source RocketMQ, no request signing
 };
+if (args.accessKey && args.secretKey) {
+  Object.assign(commonOptions, { accessKey: args.accessKey, secretKey: args.secretKey });
+}
 
 function messageFor(index) {
   const tag = index % 2 === 0 ? 'TagA' : 'TagB';
