@@ -62,7 +62,11 @@ async def _serve(config) -> int:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-POSIX
             pass
 
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except ConfigError as exc:  # e.g. a TLS certificate file that is missing: one line naming key and file
+        print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
     try:
         await broker.start()
     except StoreLockedError as exc:
@@ -79,6 +83,7 @@ async def _serve(config) -> int:
         return 1
     # Tests and operators wait for this exact line; print it so it appears even when logging is quiet.
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success.", flush=True)
+    print(f"listening: {broker.listening()}", flush=True)
     if broker.namesrv_port:
         print(f"Embedded name server listening on {config.broker_ip1}:{broker.namesrv_port}", flush=True)
     if broker.vip_server is not None:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Union
 
 from broker.connection_guard import ACCOUNTED_FRAME_BYTES, ConnectionGuard
 from broker.log_limit import RateLimitedLog
+from broker.tls import HANDSHAKE_TIMEOUT_S, TLS_HANDSHAKE_RECORD, TlsSettings
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
 from protocol.frame import FrameDecoder
@@ -247,10 +250,12 @@ class _ServerProtocol(asyncio.Protocol):
     """One connection: decode, dispatch, and pause reading while its responses are not read
     (write backpressure) or its unfinished frame waits for the process's frame budget."""
 
-    __slots__ = ("_server", "_decoder", "channel", "peer", "_reserved", "_paused_by", "_write_blocked", "_backlog")
+    __slots__ = ("_server", "_decoder", "channel", "peer", "_reserved", "_paused_by", "_write_blocked", "_backlog",
+                 "_admitted")
 
-    def __init__(self, server: "RemotingServer") -> None:
+    def __init__(self, server: "RemotingServer", admitted: bool = False) -> None:
         self._server = server
+        self._admitted = admitted  # already counted by the TLS/first-byte acceptor
         self._decoder = FrameDecoder(server.max_frame_size)
         self.channel: Channel | None = None
         self.peer = "?"
@@ -262,7 +267,7 @@ class _ServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         server = self._server
         self.peer = _format_peer(transport.get_extra_info("peername"))
-        if not server.guard.admit(self.peer, server.name):
+        if not self._admitted and not server.guard.admit(self.peer, server.name):
             transport.abort()
             return
         transport.set_write_buffer_limits(server.write_high_water, server.write_low_water)  # type: ignore[attr-defined]
@@ -388,6 +393,35 @@ class _ServerProtocol(asyncio.Protocol):
                 pass
 
 
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket like create_server's (SO_REUSEADDR, backlog 1024)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _abort_socket(conn: socket.socket) -> None:
+    try:
+        conn.close()
+    except OSError:
+        pass
+
+
+def _short_reason(exc: BaseException) -> str:
+    return getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+
+
 class RemotingServer:
     """TCP server speaking the RocketMQ remoting protocol.
 
@@ -405,6 +439,8 @@ class RemotingServer:
         max_frame_size: int = DEFAULT_MAX_FRAME,
         name: str = "broker",
         guard: ConnectionGuard | None = None,
+        tls: TlsSettings | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.handlers = handlers
         self.host = host
@@ -420,20 +456,134 @@ class RemotingServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        # TLS: disabled keeps the plain create_server path; otherwise connections are accepted here, told apart
+        # by their first byte and handed to the loop as plaintext or TLS (see _accept_forever).
+        self.tls = tls if tls is not None else TlsSettings()
+        self.ssl_context = ssl_context if ssl_context is not None or not self.tls.enabled \
+            else self.tls.server_context()
+        self.bind_addr = f"{host}:{port}"  # the real address once started (from the listening socket)
+        self._listen_sock: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._first_byte_waits: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._server = await self.loop.create_server(
-            lambda: _ServerProtocol(self), self.host, self.port, reuse_address=True, backlog=1024,
-        )
-        sock = self._server.sockets[0]
+        if self.tls.enabled:
+            sock = self._listen_sock = _listening_socket(self.host, self.port)
+            self._acceptor = self.loop.create_task(self._accept_forever(sock), name=f"{self.name}-accept")
+        else:
+            self._server = await self.loop.create_server(
+                lambda: _ServerProtocol(self), self.host, self.port, reuse_address=True, backlog=1024,
+            )
+            sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self.bind_addr = _format_peer(sock.getsockname())
         self.guard.check_fd_limit()
         self._sweeper = self.loop.create_task(self._sweep_forever(), name=f"{self.name}-connection-sweep")
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        self._stop_acceptor()
+
+    def describe(self) -> str:
+        """``host:port`` actually bound, with the TLS mode: ``0.0.0.0:10911 (tls permissive)``."""
+        tls = self.tls.describe()
+        return f"{self.bind_addr} ({tls})" if tls else self.bind_addr
+
+    # ---- TLS acceptor ---------------------------------------------------------------------------
+    async def _accept_forever(self, sock: socket.socket) -> None:
+        loop = self.loop
+        assert loop is not None
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+                self.guard.log.warning("accept-failed", "%s: accept failed: %s", self.name, exc.strerror or exc)
+                await asyncio.sleep(0.1)
+                continue
+            peer = _format_peer(addr)
+            if not self.guard.admit(peer, self.name):
+                _abort_socket(conn)
+                continue
+            task = loop.create_task(self._classify(conn, peer))
+            self._first_byte_waits.add(task)
+            task.add_done_callback(self._first_byte_waits.discard)
+
+    async def _classify(self, conn: socket.socket, peer: str) -> None:
+        """Wait (bounded by serverChannelMaxIdleTimeSeconds) for the first byte, peek it and start the connection
+        as TLS (0x16) or plaintext; enforcing closes plaintext without a reply. The connection counts against
+        serverMaxConnections from accept on; its protocol takes the count over once it is connected."""
+        loop = self.loop
+        assert loop is not None
+        handed_over = False
+        try:
+            conn.setblocking(False)
+            first = await self._peek_first_byte(conn)
+            if first is None:
+                return
+            if first == TLS_HANDSHAKE_RECORD:
+                ctx = self.ssl_context
+            elif self.tls.mode == "enforcing":
+                self.guard.log.info("tls-plaintext", "%s: closing plaintext connection from %s (tlsMode=enforcing)",
+                                    self.name, peer)
+                return
+            else:
+                ctx = None
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            handed_over = True
+            if ctx is None:
+                await loop.connect_accepted_socket(lambda: _ServerProtocol(self, admitted=True), conn)
+            else:
+                await loop.connect_accepted_socket(lambda: _ServerProtocol(self, admitted=True), conn, ssl=ctx,
+                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            if not handed_over:
+                return  # reset before its first byte: the finally clause closes it
+            # A failed handshake (no client certificate, wrong CA, not TLS after all): the loop closed the
+            # socket, the protocol never connected, so the count is still ours.
+            self.guard.log.info("tls-handshake", "%s: TLS handshake with %s failed: %s", self.name, peer,
+                                _short_reason(exc))
+            self.guard.release()
+        except asyncio.CancelledError:
+            if handed_over:  # the loop closes the half-open transport
+                self.guard.release()
+            raise
+        finally:
+            if not handed_over:
+                self.guard.release()
+                _abort_socket(conn)
+
+    async def _peek_first_byte(self, conn: socket.socket) -> int | None:
+        """The first byte without consuming it; None when the peer closed or stayed silent too long."""
+        loop = self.loop
+        assert loop is not None
+        readable = loop.create_future()
+        fd = conn.fileno()
+        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await asyncio.wait_for(readable, self.idle_timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(fd)
+        try:
+            data = conn.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return await self._peek_first_byte(conn)
+        except OSError:
+            return None
+        return data[0] if data else None
+
+    def _stop_acceptor(self) -> None:
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.cancel()
+        sock, self._listen_sock = self._listen_sock, None
+        if sock is not None:
+            sock.close()
 
     # ---- housekeeping ------------------------------------------------------------------------
     async def _sweep_forever(self) -> None:
@@ -469,6 +619,9 @@ class RemotingServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        self._stop_acceptor()
+        for task in list(self._first_byte_waits):
+            task.cancel()
         for channel in list(self.channels):
             channel.close()
         if server is not None:

@@ -14,11 +14,17 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
+from typing import TYPE_CHECKING
 
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info import RouteInfoManager
+
+if TYPE_CHECKING:
+    from broker.remoting_server import RemotingServer
+    from broker.tls import TlsSettings
 
 log = logging.getLogger("broker.namesrv")
 
@@ -40,13 +46,16 @@ class NameServer:
     """A name server on a remoting port (standalone process or embedded in a broker)."""
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, max_frame_size: int = 16 * 1024 * 1024,
-                 route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None) -> None:
+                 route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None,
+                 tls: "TlsSettings | None" = None, ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.route_info = route_info or RouteInfoManager()
         self.processor = NamesrvProcessor(self.route_info)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.guard = guard  # shared with the broker when embedded; None: default limits
+        self.tls = tls  # the broker's when embedded; None: disabled
+        self.ssl_context = ssl_context
         self._server = None
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -55,11 +64,15 @@ class NameServer:
 
         self._server = RemotingServer(
             self.processor.handlers(), self.host, self.port, max_frame_size=self.max_frame_size, name="namesrv",
-            guard=self.guard,
+            guard=self.guard, tls=self.tls, ssl_context=self.ssl_context,
         )
         await self._server.start()
         self.port = self._server.port
         self._expiry_task = asyncio.create_task(expire_brokers_forever(self.route_info), name="namesrv-expiry")
+
+    @property
+    def server(self) -> "RemotingServer | None":
+        return self._server
 
     async def close(self) -> None:
         task, self._expiry_task = self._expiry_task, None
@@ -72,6 +85,27 @@ class NameServer:
 
 
 _SERVER_KEYS = ("listenPort", "frameMaxLength")
+_TLS_KEYS = ("tlsMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerTrustCertPath", "tlsServerNeedClientAuth")
+
+
+def load_namesrv_tls(path: str | None) -> "tuple[TlsSettings, ssl.SSLContext | None]":
+    """The TLS keys of the config file (same as broker.conf's) and the server context built from them.
+    Raises ConfigError naming the key (and the file of a missing certificate)."""
+    from broker.config import ConfigError, parse_properties
+    from broker.tls import TlsSettings
+
+    values: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                values = {k: v for _, k, v in parse_properties(handle.read(), path) if k in _TLS_KEYS}
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        tls = TlsSettings.from_properties(values)
+        return tls, tls.server_context()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: key '{exc.key}': {exc.detail}", exc.key) from None
 
 
 def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
@@ -92,6 +126,8 @@ def load_namesrv_config(path: str) -> tuple[dict[str, int], ConnectionLimits]:
     for line, key, value in entries:
         if key in limit_keys:
             limits[key] = value
+        elif key in _TLS_KEYS:
+            pass  # read by load_namesrv_tls
         elif key in _SERVER_KEYS:
             try:
                 server[key] = int(value.strip())
@@ -117,9 +153,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-async def _serve(args: argparse.Namespace, settings: dict[str, int], limits: ConnectionLimits) -> None:
+async def _serve(args: argparse.Namespace, settings: dict[str, int], limits: ConnectionLimits,
+                 tls: "TlsSettings", ssl_context: "ssl.SSLContext | None") -> None:
     server = NameServer(args.host, args.port, settings.get("frameMaxLength", 16 * 1024 * 1024),
-                        guard=ConnectionGuard(limits))
+                        guard=ConnectionGuard(limits), tls=tls, ssl_context=ssl_context)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -127,6 +164,8 @@ async def _serve(args: argparse.Namespace, settings: dict[str, int], limits: Con
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     print(f"The Name Server boot success. serializeType=JSON, address {args.host}:{server.port}", flush=True)
+    assert server.server is not None
+    print(f"listening: namesrv {server.server.describe()}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -148,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"mqnamesrv: {exc}", file=sys.stderr)
             return 2
+    try:
+        tls, ssl_context = load_namesrv_tls(args.config)
+    except ValueError as exc:  # ConfigError
+        print(f"mqnamesrv: {exc}", file=sys.stderr)
+        return 2
     if args.port is None:
         args.port = settings.get("listenPort", 9876)
     if not 0 <= args.port <= 65535 or settings.get("frameMaxLength", 1) <= 0:
@@ -161,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_serve(args, settings, limits))
+            runner.run(_serve(args, settings, limits, tls, ssl_context))
     except OSError as exc:
         print(f"mqnamesrv: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
