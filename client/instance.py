@@ -11,12 +11,13 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Self
 
 from client.errors import MQBrokerError, RemotingError
-from client.remoting import RemotingClient, RequestHandler, split_addr
+from client.remoting import RemotingClient, RequestHandler, split_addr, tls_context
 from client.route import TopicRoute
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -52,14 +53,14 @@ def local_ip_towards(addr: str) -> str:
 class NameServerClient:
     """GET_ROUTEINFO_BY_TOPIC with fail-over across a ';'-separated name server list."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = 3.0) -> None:
+    def __init__(self, namesrv_addr: str, timeout: float = 3.0, ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.addrs = [a.strip() for a in (namesrv_addr or "").split(";") if a.strip()]
         if not self.addrs:
             raise ValueError("namesrv_addr is empty; expected 'host:port[;host:port...]'")
         for a in self.addrs:
             split_addr(a)  # validate early with a clear message
         self.timeout = timeout
-        self.remoting = RemotingClient()  # name servers always speak JSON
+        self.remoting = RemotingClient(ssl_context=ssl_context)  # name servers always speak JSON
         self._preferred = 0
 
     async def invoke(self, cmd_factory: Callable[[], RemotingCommand], timeout: float | None = None) -> RemotingCommand:
@@ -114,8 +115,11 @@ class ClientInstance:
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
         rpc_timeout: float = 3.0,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv_addr, rpc_timeout)
+        ssl_context = tls_context(tls, tls_ca_path)  # name servers and brokers alike, as the Java client
+        self.namesrv = NameServerClient(namesrv_addr, rpc_timeout, ssl_context)
         self.client_ip = local_ip_towards(self.namesrv.addrs[0])
         if not instance_name:
             instance_name = f"{os.getpid()}#{time.monotonic_ns()}#{next(_instance_counter)}"
@@ -123,7 +127,8 @@ class ClientInstance:
         self.client_id = f"{self.client_ip}@{instance_name}"
         self._heartbeat_data = heartbeat_data or (lambda: {})
         self.brokers = RemotingClient(
-            request_handler=request_handler, heartbeat_body=self.heartbeat_body, allow_msgpack=allow_msgpack
+            request_handler=request_handler, heartbeat_body=self.heartbeat_body, allow_msgpack=allow_msgpack,
+            ssl_context=ssl_context,
         )
         self.heartbeat_interval = heartbeat_interval
         self.route_refresh_interval = route_refresh_interval

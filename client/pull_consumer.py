@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from client.consumer_ops import ConsumerOps
 from client.errors import MQClientError
 from client.instance import ClientLifecycle, ClientInstance
@@ -24,6 +25,8 @@ class PullConsumer(ClientLifecycle):
         consumer_timeout_when_suspend: float = 30.0,
         allow_msgpack: bool = True,
         rpc_timeout: float = 3.0,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -39,6 +42,8 @@ class PullConsumer(ClientLifecycle):
             heartbeat_data=self._heartbeat_data,
             allow_msgpack=allow_msgpack,
             rpc_timeout=rpc_timeout,
+            tls=tls,
+            tls_ca_path=tls_ca_path,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._selectors: dict[str, MessageSelector] = {}

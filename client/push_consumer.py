@@ -27,6 +27,7 @@ Shutdown is graceful: stop pulling, hand back queued messages, let running liste
 
 from __future__ import annotations
 
+import ssl
 import asyncio
 import logging
 import os
@@ -97,6 +98,8 @@ class PushConsumer:
         allow_msgpack: bool = True,
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -133,6 +136,8 @@ class PushConsumer:
             allow_msgpack=allow_msgpack,
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
+            tls=tls,
+            tls_ca_path=tls_ca_path,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._subscriptions: dict[str, MessageSelector] = {}

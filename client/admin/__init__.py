@@ -7,6 +7,7 @@ Every method raises an `AdminError` subclass with an operator-readable message:
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,12 +80,13 @@ def _request_name(code: int) -> str:
 class AdminClient:
     """Async admin operations; use as ``async with AdminClient("127.0.0.1:9876") as admin: ...``."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT_S,
+                 ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.replace(",", ";").split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise AdminError("no name server address given (use -n host:port or NAMESRV_ADDR)")
         self.timeout = timeout
-        self.remoting = RemotingClient(allow_msgpack=False, connect_timeout=min(timeout, 3.0))
+        self.remoting = RemotingClient(allow_msgpack=False, connect_timeout=min(timeout, 3.0), ssl_context=ssl_context)
 
     async def __aenter__(self) -> "AdminClient":
         return self

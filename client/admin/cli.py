@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 import sys
 from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
 from client.admin import commands
+from client.remoting import tls_context
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 EXIT_USAGE = 2
@@ -68,6 +70,11 @@ def _common_options() -> argparse.ArgumentParser:
                         help="name server address host:port[;host:port] (default: $NAMESRV_ADDR or %(default)s)")
     common.add_argument("--json", action="store_true", help="print JSON instead of tables")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer (default 5)")
+    common.add_argument("--tls", action="store_true", help="talk TLS to name servers and brokers")
+    common.add_argument("--tls-ca", dest="tls_ca", metavar="PATH",
+                        help="PEM CA bundle verifying their certificates (default: the system store)")
+    common.add_argument("--tls-cert", dest="tls_cert", metavar="PATH", help="client certificate (mutual TLS)")
+    common.add_argument("--tls-key", dest="tls_key", metavar="PATH", help="client certificate's private key")
     return common
 
 
@@ -174,7 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace) -> int:
-    async with AdminClient(args.namesrv, timeout=args.timeout) as admin:
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        try:
+            tls = tls_context(True, args.tls_ca, args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise AdminError(f"--tls-ca/--tls-cert/--tls-key: cannot load: {exc}") from None
+    async with AdminClient(args.namesrv, timeout=args.timeout, ssl_context=tls) as admin:
         return int(await args.handler(admin, args) or 0)
 
 
