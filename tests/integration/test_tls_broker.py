@@ -151,3 +151,40 @@ async def test_listening_line_states_real_bind_addresses(broker_factory):
     line = next(ln for ln in broker.log_text().splitlines() if ln.startswith("listening:"))
     assert line == (f"listening: broker 127.0.0.1:{broker.port}, vip 127.0.0.1:{broker.port - 2}, "
                     f"namesrv 127.0.0.1:{broker.namesrv_port}, metrics 127.0.0.1:{metrics_port}")
+
+
+async def test_standalone_name_server_and_broker_registration_over_tls(broker_factory, pki, tmp_path):
+    """mqnamesrv -c with tlsMode=enforcing; the broker (enforcing, so tlsEnable defaults on) registers over TLS,
+    verifying the name server against tlsServerTrustCertPath."""
+    port = free_port()
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text(f"listenPort={port}\ntlsMode=enforcing\ntlsServerCertPath={pki.server_cert}\n"
+                    f"tlsServerKeyPath={pki.server_key}\n")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(PROJECT_ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(conf), "-H", "127.0.0.1",
+                             "-l", "WARNING"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for _ in range(20):
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)
+            lines.append(line)
+            if line.startswith("listening:") or not line:
+                break
+        assert f"listening: namesrv 127.0.0.1:{port} (tls enforcing)" in "".join(lines), lines
+        namesrv = f"127.0.0.1:{port}"
+        broker_factory(embedded_namesrv=False, namesrv_addr=namesrv,
+                       extra=_tls_keys(pki, "enforcing", tlsServerTrustCertPath=pki.ca))
+        async with Producer("tls-remote-pg", namesrv, tls=True, tls_ca_path=str(pki.ca)) as producer:
+            result = None
+            for _ in range(50):  # the first registration may still be on its way
+                try:
+                    result = await producer.send(Message("TlsRemoteNs", b"x"))
+                    break
+                except Exception:
+                    await asyncio.sleep(0.2)
+            assert result is not None and result.status is SendStatus.SEND_OK
+    finally:
+        proc.terminate()
+        proc.wait(10)
