@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -26,7 +25,8 @@ from typing import Any, Union
 
 from broker.connection_guard import ACCOUNTED_FRAME_BYTES, ConnectionGuard
 from broker.log_limit import RateLimitedLog
-from broker.tls import HANDSHAKE_TIMEOUT_S, TLS_HANDSHAKE_RECORD, TlsSettings
+from broker.tls import TlsSettings
+from broker.tls_acceptor import FirstByteAcceptor
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
 from protocol.frame import FrameDecoder
@@ -393,35 +393,6 @@ class _ServerProtocol(asyncio.Protocol):
                 pass
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A non-blocking listening socket like create_server's (SO_REUSEADDR, backlog 1024)."""
-    family, kind, proto, _, addr = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                                      flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(addr)
-        sock.listen(1024)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _abort_socket(conn: socket.socket) -> None:
-    try:
-        conn.close()
-    except OSError:
-        pass
-
-
-def _short_reason(exc: BaseException) -> str:
-    return getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-
-
 class RemotingServer:
     """TCP server speaking the RocketMQ remoting protocol.
 
@@ -457,20 +428,18 @@ class RemotingServer:
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         # TLS: disabled keeps the plain create_server path; otherwise connections are accepted here, told apart
-        # by their first byte and handed to the loop as plaintext or TLS (see _accept_forever).
+        # by their first byte and handed to the loop as plaintext or TLS (broker/tls_acceptor.py).
         self.tls = tls if tls is not None else TlsSettings()
         self.ssl_context = ssl_context if ssl_context is not None or not self.tls.enabled \
             else self.tls.server_context()
         self.bind_addr = f"{host}:{port}"  # the real address once started (from the listening socket)
-        self._listen_sock: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
-        self._first_byte_waits: set[asyncio.Task[None]] = set()
+        self._acceptor: FirstByteAcceptor | None = None
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         if self.tls.enabled:
-            sock = self._listen_sock = _listening_socket(self.host, self.port)
-            self._acceptor = self.loop.create_task(self._accept_forever(sock), name=f"{self.name}-accept")
+            self._acceptor = FirstByteAcceptor(self, lambda: _ServerProtocol(self, admitted=True))
+            sock = self._acceptor.start(self.host, self.port)
         else:
             self._server = await self.loop.create_server(
                 lambda: _ServerProtocol(self), self.host, self.port, reuse_address=True, backlog=1024,
@@ -484,106 +453,13 @@ class RemotingServer:
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
-        self._stop_acceptor()
+        if self._acceptor is not None:
+            self._acceptor.stop()
 
     def describe(self) -> str:
         """``host:port`` actually bound, with the TLS mode: ``0.0.0.0:10911 (tls permissive)``."""
         tls = self.tls.describe()
         return f"{self.bind_addr} ({tls})" if tls else self.bind_addr
-
-    # ---- TLS acceptor ---------------------------------------------------------------------------
-    async def _accept_forever(self, sock: socket.socket) -> None:
-        loop = self.loop
-        assert loop is not None
-        while True:
-            try:
-                conn, addr = await loop.sock_accept(sock)
-            except asyncio.CancelledError:
-                raise
-            except OSError as exc:  # e.g. EMFILE: back off instead of spinning
-                self.guard.log.warning("accept-failed", "%s: accept failed: %s", self.name, exc.strerror or exc)
-                await asyncio.sleep(0.1)
-                continue
-            peer = _format_peer(addr)
-            if not self.guard.admit(peer, self.name):
-                _abort_socket(conn)
-                continue
-            task = loop.create_task(self._classify(conn, peer))
-            self._first_byte_waits.add(task)
-            task.add_done_callback(self._first_byte_waits.discard)
-
-    async def _classify(self, conn: socket.socket, peer: str) -> None:
-        """Wait (bounded by serverChannelMaxIdleTimeSeconds) for the first byte, peek it and start the connection
-        as TLS (0x16) or plaintext; enforcing closes plaintext without a reply. The connection counts against
-        serverMaxConnections from accept on; its protocol takes the count over once it is connected."""
-        loop = self.loop
-        assert loop is not None
-        handed_over = False
-        try:
-            conn.setblocking(False)
-            first = await self._peek_first_byte(conn)
-            if first is None:
-                return
-            if first == TLS_HANDSHAKE_RECORD:
-                ctx = self.ssl_context
-            elif self.tls.mode == "enforcing":
-                self.guard.log.info("tls-plaintext", "%s: closing plaintext connection from %s (tlsMode=enforcing)",
-                                    self.name, peer)
-                return
-            else:
-                ctx = None
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            handed_over = True
-            if ctx is None:
-                await loop.connect_accepted_socket(lambda: _ServerProtocol(self, admitted=True), conn)
-            else:
-                await loop.connect_accepted_socket(lambda: _ServerProtocol(self, admitted=True), conn, ssl=ctx,
-                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
-            if not handed_over:
-                return  # reset before its first byte: the finally clause closes it
-            # A failed handshake (no client certificate, wrong CA, not TLS after all): the loop closed the
-            # socket, the protocol never connected, so the count is still ours.
-            self.guard.log.info("tls-handshake", "%s: TLS handshake with %s failed: %s", self.name, peer,
-                                _short_reason(exc))
-            self.guard.release()
-        except asyncio.CancelledError:
-            if handed_over:  # the loop closes the half-open transport
-                self.guard.release()
-            raise
-        finally:
-            if not handed_over:
-                self.guard.release()
-                _abort_socket(conn)
-
-    async def _peek_first_byte(self, conn: socket.socket) -> int | None:
-        """The first byte without consuming it; None when the peer closed or stayed silent too long."""
-        loop = self.loop
-        assert loop is not None
-        readable = loop.create_future()
-        fd = conn.fileno()
-        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
-        try:
-            await asyncio.wait_for(readable, self.idle_timeout_s)
-        except asyncio.TimeoutError:
-            return None
-        finally:
-            loop.remove_reader(fd)
-        try:
-            data = conn.recv(1, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return await self._peek_first_byte(conn)
-        except OSError:
-            return None
-        return data[0] if data else None
-
-    def _stop_acceptor(self) -> None:
-        acceptor, self._acceptor = self._acceptor, None
-        if acceptor is not None:
-            acceptor.cancel()
-        sock, self._listen_sock = self._listen_sock, None
-        if sock is not None:
-            sock.close()
 
     # ---- housekeeping ------------------------------------------------------------------------
     async def _sweep_forever(self) -> None:
@@ -619,9 +495,9 @@ class RemotingServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        self._stop_acceptor()
-        for task in list(self._first_byte_waits):
-            task.cancel()
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()
         for channel in list(self.channels):
             channel.close()
         if server is not None:
