@@ -6,6 +6,11 @@ tlsMode=enforcing (TLS 1.3 from the first byte, certificate made at start with `
 Each mode runs in a fresh broker subprocess (uvloop) with its embedded name server; the client is our Producer
 (tls=True, tls_ca_path=CA for the TLS run). Figures are messages/s (128-byte bodies) on loopback; on the shared
 2-core box they move by +-15 % between runs, so only the ratio is worth quoting.
+
+Measured (defaults, shared 2-core box, uvloop broker):
+    phase       plaintext msg/s    TLS msg/s  TLS/plain
+    pipelined            17,201       15,648       0.91
+    batch                71,010       66,915       0.94
 """
 
 from __future__ import annotations
