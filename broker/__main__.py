@@ -64,7 +64,7 @@ async def _serve(config) -> int:
 
     try:
         broker = Broker(config)
-    except ConfigError as exc:  # e.g. an unreadable aclFile: one line naming the key and the file
+    except ConfigError as exc:  # e.g. an unreadable aclFile or a missing TLS certificate: one line naming key and file
         print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
     try:
@@ -83,6 +83,7 @@ async def _serve(config) -> int:
         return 1
     # Tests and operators wait for this exact line; print it so it appears even when logging is quiet.
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success.", flush=True)
+    print(f"listening: {broker.listening()}", flush=True)
     if broker.namesrv_port:
         print(f"Embedded name server listening on {config.broker_ip1}:{broker.namesrv_port}", flush=True)
     if broker.vip_server is not None:

@@ -26,6 +26,7 @@ from broker.managers.topic_config import TopicConfigManager
 from broker.metrics import BrokerMetrics
 from broker.processors import build_dispatch_table, build_processors
 from broker.remoting_server import RemotingServer
+from broker.tls import TlsSettings
 from broker.schedule.service import ScheduleMessageService
 from broker.store.message_store import MessageStore
 from protocol.codes import RequestCode
@@ -65,15 +66,19 @@ class Broker:
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
         self.acl_validator, self.acl_watcher, request_guard = _build_acl(config)
+        # One TLS mode and context for every port too; a missing or bad cert file raises ConfigError here.
+        self.tls = TlsSettings.from_config(config)
+        self.ssl_context = self.tls.server_context()
+        tls_args = {"tls": self.tls, "ssl_context": self.ssl_context}
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker",
-                                     guard=self.connection_guard, request_guard=request_guard)
+                                     guard=self.connection_guard, request_guard=request_guard, **tls_args)
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
         self.vip_server: RemotingServer | None = None
         if config.enable_vip_channel and config.listen_port > 2:
             self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
                                              max_frame_size=config.frame_max_length, name="broker-vip",
-                                             guard=self.connection_guard, request_guard=request_guard)
+                                             guard=self.connection_guard, request_guard=request_guard, **tls_args)
         self.namesrv = None
         self.registrar = None
         self._tasks: list[asyncio.Task] = []
@@ -93,6 +98,18 @@ class Broker:
     def servers(self) -> list[RemotingServer]:
         """The remoting servers answering clients (main port, and the VIP port when open)."""
         return [self.server] if self.vip_server is None else [self.server, self.vip_server]
+
+    def listening(self) -> str:
+        """The real bind address of every listener, for the boot line:
+        ``broker 0.0.0.0:10911 (tls permissive), vip 0.0.0.0:10909, namesrv 0.0.0.0:9876, metrics 127.0.0.1:9100``."""
+        parts = [f"broker {self.server.describe()}"]
+        if self.vip_server is not None:
+            parts.append(f"vip {self.vip_server.describe()}")
+        if self.namesrv is not None and self.namesrv.server is not None:
+            parts.append(f"namesrv {self.namesrv.server.describe()}")
+        if self.metrics.bind_addr:
+            parts.append(f"metrics {self.metrics.bind_addr}")
+        return ", ".join(parts)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,7 +138,8 @@ class Broker:
             from broker.namesrv.__main__ import NameServer
 
             self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length,
-                                      guard=self.connection_guard, acl_validator=self.acl_validator)
+                                      guard=self.connection_guard, acl_validator=self.acl_validator,
+                                      tls=self.tls, ssl_context=self.ssl_context)
             await self.namesrv.start()
             local_routes = self.namesrv.route_info
         await self.server.start()

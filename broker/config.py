@@ -135,6 +135,14 @@ class BrokerConfig:
     channel_expired_timeout: int = 120_000  # ms without heartbeat before a client registration is dropped
     server_channel_max_idle_time_seconds: int = 120  # connections silent this long are closed
     enable_vip_channel: bool = True  # also listen on listenPort - 2 (old Java clients send there)
+    metrics_host: str = "127.0.0.1"  # project key: bind host of the metrics endpoint (loopback unless opened up)
+    # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
+    tls_mode: str = "disabled"  # disabled | permissive (TLS and plaintext on one port) | enforcing
+    tls_server_cert_path: str | None = None  # PEM certificate chain
+    tls_server_key_path: str | None = None  # PEM private key, unencrypted
+    tls_server_trust_cert_path: str | None = None  # PEM CA bundle verifying client certificates
+    tls_server_need_client_auth: str = "none"  # none | optional | require
+    tls_enable: bool | None = None  # the broker's own connections to remote name servers; None: tlsMode=enforcing
     # connection limits, per process (broker, VIP and embedded name server ports together); see connection_guard
     server_max_connections: int = 10_000  # project key: connections over it are closed at once
     server_max_buffered_frame_bytes: int = 256 * 1024 * 1024  # project key: unfinished frames, all connections
@@ -303,6 +311,9 @@ class BrokerConfig:
             raise ConfigError(f"a SLAVE needs brokerId > 0, got {self.broker_id}", "brokerId")
         for attr in ("listen_port", "namesrv_listen_port"):
             _check_port(self, attr, allow_zero=False)
+        from broker.tls import TlsSettings  # checks the TLS values (files are read at start-up)
+
+        TlsSettings.from_config(self)
         if self.ha_listen_port is not None:
             _check_port(self, "ha_listen_port", allow_zero=False)
         _check_port(self, "metrics_port", allow_zero=True)

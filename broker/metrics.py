@@ -175,11 +175,20 @@ class BrokerMetrics:
             pass
         cfg = self.broker.config
         try:
-            self._http = await asyncio.start_server(self._serve_http, cfg.listen_host, cfg.metrics_port,
+            self._http = await asyncio.start_server(self._serve_http, cfg.metrics_host, cfg.metrics_port,
                                                     reuse_address=True)
         except OSError as exc:
-            raise RuntimeError(f"metricsPort {cfg.metrics_port} unavailable: {exc.strerror or exc}") from None
-        log.info("metrics (Prometheus text format) on http://%s:%d/metrics", cfg.listen_host, self.http_port)
+            raise RuntimeError(f"metricsHost/metricsPort {cfg.metrics_host}:{cfg.metrics_port} unavailable: "
+                               f"{exc.strerror or exc}") from None
+        log.info("metrics (Prometheus text format) on http://%s/metrics", self.bind_addr)
+
+    @property
+    def bind_addr(self) -> str | None:
+        """``host:port`` the metrics endpoint is bound to (from its socket), None when off."""
+        if self._http is None or not self._http.sockets:
+            return None
+        host, port = self._http.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
 
     async def stop(self) -> None:
         sampler, self._sampler = self._sampler, None

@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Union
 
 from broker.connection_guard import ACCOUNTED_FRAME_BYTES, ConnectionGuard
 from broker.log_limit import RateLimitedLog
+from broker.tls import TlsSettings
+from broker.tls_acceptor import FirstByteAcceptor
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
 from protocol.frame import FrameDecoder
@@ -248,10 +251,12 @@ class _ServerProtocol(asyncio.Protocol):
     """One connection: decode, dispatch, and pause reading while its responses are not read
     (write backpressure) or its unfinished frame waits for the process's frame budget."""
 
-    __slots__ = ("_server", "_decoder", "channel", "peer", "_reserved", "_paused_by", "_write_blocked", "_backlog")
+    __slots__ = ("_server", "_decoder", "channel", "peer", "_reserved", "_paused_by", "_write_blocked", "_backlog",
+                 "_admitted")
 
-    def __init__(self, server: "RemotingServer") -> None:
+    def __init__(self, server: "RemotingServer", admitted: bool = False) -> None:
         self._server = server
+        self._admitted = admitted  # already counted by the TLS/first-byte acceptor
         self._decoder = FrameDecoder(server.max_frame_size)
         self.channel: Channel | None = None
         self.peer = "?"
@@ -263,7 +268,7 @@ class _ServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         server = self._server
         self.peer = _format_peer(transport.get_extra_info("peername"))
-        if not server.guard.admit(self.peer, server.name):
+        if not self._admitted and not server.guard.admit(self.peer, server.name):
             transport.abort()
             return
         transport.set_write_buffer_limits(server.write_high_water, server.write_low_water)  # type: ignore[attr-defined]
@@ -407,6 +412,8 @@ class RemotingServer:
         name: str = "broker",
         guard: ConnectionGuard | None = None,
         request_guard: RequestGuard | None = None,
+        tls: TlsSettings | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.handlers = handlers
         # Checked before every handler when set (ACL); None costs nothing on the hot path.
@@ -424,20 +431,39 @@ class RemotingServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        # TLS: disabled keeps the plain create_server path; otherwise connections are accepted here, told apart
+        # by their first byte and handed to the loop as plaintext or TLS (broker/tls_acceptor.py).
+        self.tls = tls if tls is not None else TlsSettings()
+        self.ssl_context = ssl_context if ssl_context is not None or not self.tls.enabled \
+            else self.tls.server_context()
+        self.bind_addr = f"{host}:{port}"  # the real address once started (from the listening socket)
+        self._acceptor: FirstByteAcceptor | None = None
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._server = await self.loop.create_server(
-            lambda: _ServerProtocol(self), self.host, self.port, reuse_address=True, backlog=1024,
-        )
-        sock = self._server.sockets[0]
+        if self.tls.enabled:
+            self._acceptor = FirstByteAcceptor(self, lambda: _ServerProtocol(self, admitted=True))
+            sock = self._acceptor.start(self.host, self.port)
+        else:
+            self._server = await self.loop.create_server(
+                lambda: _ServerProtocol(self), self.host, self.port, reuse_address=True, backlog=1024,
+            )
+            sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self.bind_addr = _format_peer(sock.getsockname())
         self.guard.check_fd_limit()
         self._sweeper = self.loop.create_task(self._sweep_forever(), name=f"{self.name}-connection-sweep")
 
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.stop()
+
+    def describe(self) -> str:
+        """``host:port`` actually bound, with the TLS mode: ``0.0.0.0:10911 (tls permissive)``."""
+        tls = self.tls.describe()
+        return f"{self.bind_addr} ({tls})" if tls else self.bind_addr
 
     # ---- housekeeping ------------------------------------------------------------------------
     async def _sweep_forever(self) -> None:
@@ -473,6 +499,9 @@ class RemotingServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()
         for channel in list(self.channels):
             channel.close()
         if server is not None:

@@ -11,13 +11,14 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Self
 
 from client.credentials import Credentials
 from client.errors import MQBrokerError, RemotingError
-from client.remoting import RemotingClient, RequestHandler, split_addr
+from client.remoting import RemotingClient, RequestHandler, split_addr, tls_context
 from client.route import TopicRoute
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -53,7 +54,8 @@ def local_ip_towards(addr: str) -> str:
 class NameServerClient:
     """GET_ROUTEINFO_BY_TOPIC with fail-over across a ';'-separated name server list."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = 3.0, credentials: Credentials | None = None) -> None:
+    def __init__(self, namesrv_addr: str, timeout: float = 3.0, credentials: Credentials | None = None,
+                 ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.addrs = [a.strip() for a in (namesrv_addr or "").split(";") if a.strip()]
         if not self.addrs:
             raise ValueError("namesrv_addr is empty; expected 'host:port[;host:port...]'")
@@ -61,7 +63,7 @@ class NameServerClient:
             split_addr(a)  # validate early with a clear message
         self.timeout = timeout
         # Name servers always speak JSON; requests are signed like the reference clients do (name servers ignore it).
-        self.remoting = RemotingClient(credentials=credentials)
+        self.remoting = RemotingClient(credentials=credentials, ssl_context=ssl_context)
         self._preferred = 0
 
     async def invoke(self, cmd_factory: Callable[[], RemotingCommand], timeout: float | None = None) -> RemotingCommand:
@@ -117,9 +119,12 @@ class ClientInstance:
         route_refresh_interval: float = 30.0,
         rpc_timeout: float = 3.0,
         credentials: Credentials | None = None,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         self.credentials = credentials
-        self.namesrv = NameServerClient(namesrv_addr, rpc_timeout, credentials)
+        ssl_context = tls_context(tls, tls_ca_path)  # name servers and brokers alike, as the Java client
+        self.namesrv = NameServerClient(namesrv_addr, rpc_timeout, credentials, ssl_context)
         self.client_ip = local_ip_towards(self.namesrv.addrs[0])
         if not instance_name:
             instance_name = f"{os.getpid()}#{time.monotonic_ns()}#{next(_instance_counter)}"
@@ -129,6 +134,7 @@ class ClientInstance:
         self.brokers = RemotingClient(
             request_handler=request_handler, heartbeat_body=self.heartbeat_body, allow_msgpack=allow_msgpack,
             credentials=credentials,
+            ssl_context=ssl_context,
         )
         self.heartbeat_interval = heartbeat_interval
         self.route_refresh_interval = route_refresh_interval

@@ -7,6 +7,7 @@ no RemotingCommand for the request.
 
 from __future__ import annotations
 
+import ssl
 import asyncio
 import logging
 import time
@@ -60,6 +61,8 @@ class Producer(ClientLifecycle):
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
         credentials: Credentials | None = None,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
@@ -81,6 +84,8 @@ class Producer(ClientLifecycle):
             route_refresh_interval=route_refresh_interval,
             rpc_timeout=send_timeout,
             credentials=credentials,
+            tls=tls,
+            tls_ca_path=tls_ca_path,
         )
         self._instance.route_listeners.append(self._on_route)
         self._encoder = MessageEncoder(

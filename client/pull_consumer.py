@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from client.consumer_ops import ConsumerOps
 from client.credentials import Credentials
 from client.errors import MQClientError
@@ -26,6 +27,8 @@ class PullConsumer(ClientLifecycle):
         allow_msgpack: bool = True,
         rpc_timeout: float = 3.0,
         credentials: Credentials | None = None,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -42,6 +45,8 @@ class PullConsumer(ClientLifecycle):
             allow_msgpack=allow_msgpack,
             rpc_timeout=rpc_timeout,
             credentials=credentials,
+            tls=tls,
+            tls_ca_path=tls_ca_path,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._selectors: dict[str, MessageSelector] = {}

@@ -27,6 +27,7 @@ Shutdown is graceful: stop pulling, hand back queued messages, let running liste
 
 from __future__ import annotations
 
+import ssl
 import asyncio
 import logging
 import os
@@ -99,6 +100,8 @@ class PushConsumer:
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
         credentials: Credentials | None = None,
+        tls: "bool | ssl.SSLContext" = False,
+        tls_ca_path: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -136,6 +139,8 @@ class PushConsumer:
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
             credentials=credentials,
+            tls=tls,
+            tls_ca_path=tls_ca_path,
         )
         self._ops = ConsumerOps(self._instance, group)
         self._subscriptions: dict[str, MessageSelector] = {}

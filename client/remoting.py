@@ -21,6 +21,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from client.credentials import Credentials
@@ -253,6 +254,28 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
+def tls_context(
+    tls: bool | ssl.SSLContext | None = True,
+    ca_path: str | None = None,
+    cert_path: str | None = None,
+    key_path: str | None = None,
+    verify_hostname: bool = False,
+) -> ssl.SSLContext | None:
+    """Client TLS: None when ``tls`` is false, the context itself when one is given, else a context that verifies
+    brokers and name servers against ``ca_path`` (the system store when None) and presents
+    ``cert_path``/``key_path`` for mutual TLS. Host names are not checked by default: clients reach brokers by
+    the IP the name server hands out, which certificates rarely list; the CA check still applies."""
+    if not tls:
+        return None
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_path)
+    ctx.check_hostname = verify_hostname
+    if cert_path:
+        ctx.load_cert_chain(cert_path, key_path)
+    return ctx
+
+
 class RemotingClient:
     """Pool of connections keyed by 'host:port'.
 
@@ -272,9 +295,11 @@ class RemotingClient:
         max_frame_size: int = _MAX_FRAME,
         write_batch_frames: int = 1 << 30,
         credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.request_handler = request_handler
         self.credentials = credentials
+        self.ssl_context = ssl_context  # TLS from the first byte on every connection when set
         self.heartbeat_body = heartbeat_body
         self.allow_msgpack = allow_msgpack
         self.connect_timeout = connect_timeout
@@ -336,7 +361,9 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
         try:
             _transport, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(addr, self), host, port), self.connect_timeout
+                loop.create_connection(lambda: Connection(addr, self), host, port, ssl=self.ssl_context,
+                                       server_hostname=self._server_hostname(host)),
+                self.connect_timeout,
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise RemotingConnectError(f"cannot connect to {addr}: {exc or 'timed out'}") from exc
@@ -347,6 +374,14 @@ class RemotingClient:
                 conn.abort("handshake failed")
                 raise
         return conn
+
+    def _server_hostname(self, host: str) -> str | None:
+        """The name checked against the certificate: the host when hostname checking is on; "" (no SNI, no
+        check, as the Java client) otherwise."""
+        ctx = self.ssl_context
+        if ctx is None:
+            return None
+        return host if ctx.check_hostname else ""
 
     async def _handshake(self, conn: Connection) -> None:
         cmd = RemotingCommand(code=RequestCode.HEART_BEAT, ext_fields={}, body=self.heartbeat_body())

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from broker.namesrv.route_info import RouteInfoManager
 if TYPE_CHECKING:
     from broker.acl.validator import AclValidator
     from broker.acl.watcher import AclFileWatcher
+    from broker.remoting_server import RemotingServer
+    from broker.tls import TlsSettings
 
 log = logging.getLogger("broker.namesrv")
 
@@ -47,7 +50,8 @@ class NameServer:
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, max_frame_size: int = 16 * 1024 * 1024,
                  route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None,
-                 acl_validator: "AclValidator | None" = None) -> None:
+                 acl_validator: "AclValidator | None" = None,
+                 tls: "TlsSettings | None" = None, ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.route_info = route_info or RouteInfoManager()
         self.processor = NamesrvProcessor(self.route_info)
         self.host = host
@@ -57,6 +61,8 @@ class NameServer:
         # ACL on: route-changing codes need an admin account's signature (the broker's validator when embedded)
         self.acl_validator = acl_validator
         self.acl_watcher: "AclFileWatcher | None" = None
+        self.tls = tls  # the broker's when embedded; None: disabled
+        self.ssl_context = ssl_context
         self._server = None
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -65,7 +71,7 @@ class NameServer:
 
         self._server = RemotingServer(
             self.processor.handlers(), self.host, self.port, max_frame_size=self.max_frame_size, name="namesrv",
-            guard=self.guard,
+            guard=self.guard, tls=self.tls, ssl_context=self.ssl_context,
             request_guard=self.acl_validator.request_guard(namesrv=True) if self.acl_validator is not None else None,
         )
         await self._server.start()
@@ -73,6 +79,10 @@ class NameServer:
         self._expiry_task = asyncio.create_task(expire_brokers_forever(self.route_info), name="namesrv-expiry")
         if self.acl_watcher is not None:
             self.acl_watcher.start()
+
+    @property
+    def server(self) -> "RemotingServer | None":
+        return self._server
 
     async def close(self) -> None:
         if self.acl_watcher is not None:
@@ -88,6 +98,27 @@ class NameServer:
 
 _SERVER_KEYS = ("listenPort", "frameMaxLength")
 _ACL_KEYS = ("aclEnable", "aclFile")
+_TLS_KEYS = ("tlsMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerTrustCertPath", "tlsServerNeedClientAuth")
+
+
+def load_namesrv_tls(path: str | None) -> "tuple[TlsSettings, ssl.SSLContext | None]":
+    """The TLS keys of the config file (same as broker.conf's) and the server context built from them.
+    Raises ConfigError naming the key (and the file of a missing certificate)."""
+    from broker.config import ConfigError, parse_properties
+    from broker.tls import TlsSettings
+
+    values: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                values = {k: v for _, k, v in parse_properties(handle.read(), path) if k in _TLS_KEYS}
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        tls = TlsSettings.from_properties(values)
+        return tls, tls.server_context()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: key '{exc.key}': {exc.detail}", exc.key) from None
 
 
 def load_namesrv_config(path: str) -> tuple[dict[str, Any], ConnectionLimits]:
@@ -115,6 +146,8 @@ def load_namesrv_config(path: str) -> tuple[dict[str, Any], ConnectionLimits]:
             server[key] = value.strip().lower() == "true"
         elif key == "aclFile":
             server[key] = value.strip()
+        elif key in _TLS_KEYS:
+            pass  # read by load_namesrv_tls
         elif key in _SERVER_KEYS:
             try:
                 server[key] = int(value.strip())
@@ -160,9 +193,10 @@ def _namesrv_acl(settings: dict[str, Any]) -> tuple["AclValidator | None", "AclF
 
 
 async def _serve(args: argparse.Namespace, settings: dict[str, Any], limits: ConnectionLimits,
+                 tls: "TlsSettings", ssl_context: "ssl.SSLContext | None",
                  acl: tuple["AclValidator | None", "AclFileWatcher | None"] = (None, None)) -> None:
     server = NameServer(args.host, args.port, settings.get("frameMaxLength", 16 * 1024 * 1024),
-                        guard=ConnectionGuard(limits), acl_validator=acl[0])
+                        guard=ConnectionGuard(limits), acl_validator=acl[0], tls=tls, ssl_context=ssl_context)
     server.acl_watcher = acl[1]
     await server.start()
     stop = asyncio.Event()
@@ -171,6 +205,8 @@ async def _serve(args: argparse.Namespace, settings: dict[str, Any], limits: Con
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     print(f"The Name Server boot success. serializeType=JSON, address {args.host}:{server.port}", flush=True)
+    assert server.server is not None
+    print(f"listening: namesrv {server.server.describe()}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -194,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"mqnamesrv: {exc}", file=sys.stderr)
             return 2
+    try:
+        tls, ssl_context = load_namesrv_tls(args.config)
+    except ValueError as exc:  # ConfigError
+        print(f"mqnamesrv: {exc}", file=sys.stderr)
+        return 2
     if args.port is None:
         args.port = settings.get("listenPort", 9876)
     if not 0 <= args.port <= 65535 or settings.get("frameMaxLength", 1) <= 0:
@@ -207,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_serve(args, settings, limits, acl))
+            runner.run(_serve(args, settings, limits, tls, ssl_context, acl))
     except OSError as exc:
         print(f"mqnamesrv: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

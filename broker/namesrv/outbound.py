@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 
 from protocol.command import RemotingCommand, encode_command
 from protocol.frame import FrameDecoder
@@ -55,8 +56,10 @@ class _Protocol(asyncio.Protocol):
 class OutboundConnection:
     """A lazily (re)connected client connection to one ``host:port``."""
 
-    def __init__(self, addr: str, *, connect_timeout: float = 3.0, max_frame_size: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, addr: str, *, connect_timeout: float = 3.0, max_frame_size: int = 16 * 1024 * 1024,
+                 ssl_context: "ssl.SSLContext | None" = None) -> None:
         self.addr = addr
+        self.ssl_context = ssl_context  # TLS from the first byte when set (tlsEnable)
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._transport: asyncio.Transport | None = None
@@ -75,7 +78,9 @@ class OutboundConnection:
             host, port = split_addr(self.addr)
             loop = asyncio.get_running_loop()
             transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), host, port), self.connect_timeout
+                loop.create_connection(lambda: _Protocol(self), host, port, ssl=self.ssl_context,
+                                       server_hostname="" if self.ssl_context is not None else None),
+                self.connect_timeout
             )
             self._transport = transport  # type: ignore[assignment]
             return self._transport

@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from broker.namesrv.outbound import OutboundConnection, next_opaque
+from broker.tls import outbound_context, outbound_tls_enabled
 from broker.namesrv.processor import body_crc32
 from broker.managers.persistence import data_version_key
 from broker.namesrv.route_info import RouteInfoManager
@@ -66,6 +68,7 @@ class BrokerRegistrar:
         self.request_timeout = request_timeout
         self.change_debounce_s = change_debounce_s
         self._connections: dict[str, OutboundConnection] = {}
+        self._outbound_ssl: ssl.SSLContext | None = None  # built on first use when tlsEnable
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -228,7 +231,10 @@ class BrokerRegistrar:
             body = await self.build_register_body()
         connection = self._connections.get(addr)
         if connection is None:
-            connection = self._connections[addr] = OutboundConnection(addr, max_frame_size=self.config.frame_max_length)
+            if self._outbound_ssl is None and outbound_tls_enabled(self.config):
+                self._outbound_ssl = outbound_context(self.config)
+            connection = self._connections[addr] = OutboundConnection(addr, max_frame_size=self.config.frame_max_length,
+                                                                      ssl_context=self._outbound_ssl)
         self.remote_registrations += 1
         try:
             response = await connection.invoke(self._register_request(body), self.request_timeout)

@@ -7,6 +7,7 @@ Every method raises an `AdminError` subclass with an operator-readable message:
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -81,14 +82,15 @@ class AdminClient:
     """Async admin operations; use as ``async with AdminClient("127.0.0.1:9876") as admin: ...``."""
 
     def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT_S,
-                 credentials: Credentials | None = None) -> None:
-        """credentials: sign every request (name server and brokers) for a broker with plain ACL on."""
+                 credentials: Credentials | None = None, ssl_context: "ssl.SSLContext | None" = None) -> None:
+        """credentials: sign every request (name server and brokers) for a broker with plain ACL on;
+        ssl_context: TLS to name servers and brokers."""
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.replace(",", ";").split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise AdminError("no name server address given (use -n host:port or NAMESRV_ADDR)")
         self.timeout = timeout
         self.remoting = RemotingClient(allow_msgpack=False, connect_timeout=min(timeout, 3.0),
-                                       credentials=credentials)
+                                       credentials=credentials, ssl_context=ssl_context)
 
     async def __aenter__(self) -> "AdminClient":
         return self

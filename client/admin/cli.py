@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 import sys
 from datetime import datetime
 from typing import Callable
@@ -23,6 +24,7 @@ from typing import Callable
 from client.admin import AdminClient, AdminError
 from client.admin import commands
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
+from client.remoting import tls_context
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 EXIT_USAGE = 2
@@ -78,6 +80,11 @@ def _common_options() -> argparse.ArgumentParser:
     acl.add_argument("--secret-key", "--secretKey", dest="secret_key",
                      help=f"its secret key (default: ${SECRET_KEY_ENV}; prefer the variable: "
                           "arguments are visible to other users)")
+    common.add_argument("--tls", action="store_true", help="talk TLS to name servers and brokers")
+    common.add_argument("--tls-ca", dest="tls_ca", metavar="PATH",
+                        help="PEM CA bundle verifying their certificates (default: the system store)")
+    common.add_argument("--tls-cert", dest="tls_cert", metavar="PATH", help="client certificate (mutual TLS)")
+    common.add_argument("--tls-key", dest="tls_key", metavar="PATH", help="client certificate's private key")
     return common
 
 
@@ -199,7 +206,13 @@ def credentials_from(args: argparse.Namespace, environ: dict[str, str] | None = 
 
 async def run(args: argparse.Namespace) -> int:
     credentials = args.credentials if "credentials" in args else credentials_from(args)
-    async with AdminClient(args.namesrv, timeout=args.timeout, credentials=credentials) as admin:
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        try:
+            tls = tls_context(True, args.tls_ca, args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise AdminError(f"--tls-ca/--tls-cert/--tls-key: cannot load: {exc}") from None
+    async with AdminClient(args.namesrv, timeout=args.timeout, credentials=credentials, ssl_context=tls) as admin:
         return int(await args.handler(admin, args) or 0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 import itertools
 import json
 import time
@@ -28,9 +29,10 @@ class WireClient:
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
-    async def connect(cls, addr: str) -> "WireClient":
+    async def connect(cls, addr: str, ssl: "ssl_module.SSLContext | None" = None) -> "WireClient":
         host, port = addr.rsplit(":", 1)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, int(port), ssl=ssl, server_hostname="" if ssl is not None else None), 5)
         return cls(reader, writer)
 
     async def _read_loop(self) -> None:
