@@ -83,11 +83,7 @@ async def _serve(config) -> int:
         return 1
     # Tests and operators wait for this exact line; print it so it appears even when logging is quiet.
     print(f"The broker[{config.broker_name}, {config.broker_addr}] boot success.", flush=True)
-    print(f"listening: {broker.listening()}", flush=True)
-    if broker.namesrv_port:
-        print(f"Embedded name server listening on {config.broker_ip1}:{broker.namesrv_port}", flush=True)
-    if broker.vip_server is not None:
-        print(f"VIP channel (for old clients) listening on port {broker.vip_server.port}", flush=True)
+    print(f"listening: {broker.listening()}", flush=True)  # the real bind address of every port
     try:
         await stop.wait()
     finally:
