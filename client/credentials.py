@@ -12,24 +12,13 @@ import os
 from dataclasses import dataclass, field
 
 from protocol.acl_signature import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, sign
-from protocol.command import RemotingCommand
+from protocol.command import RemotingCommand, wire_str
 
 __all__ = ["ACCESS_KEY_ENV", "SECRET_KEY_ENV", "SECURITY_TOKEN_ENV", "Credentials"]
 
 ACCESS_KEY_ENV = "ROCKETMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "ROCKETMQ_SECRET_KEY"
 SECURITY_TOKEN_ENV = "ROCKETMQ_SECURITY_TOKEN"
-
-
-def _wire_text(value: object) -> str:
-    """The text a header encoder writes for an extField value (Java's String.valueOf)."""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(int(value))  # IntEnum -> digits
-    return str(value)
 
 
 def _utf8_safe(text: str) -> str:
@@ -71,7 +60,7 @@ class Credentials:
             for key, value in ext_fields.items():
                 if value is None or key == SIGNATURE:
                     continue
-                fields[key] = value if type(value) is str else _wire_text(value)
+                fields[key] = value if type(value) is str else wire_str(value)
         fields[ACCESS_KEY] = self.access_key
         if self.security_token is not None:
             fields[SECURITY_TOKEN] = self.security_token

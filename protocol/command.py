@@ -30,6 +30,7 @@ __all__ = [
     "decode_command",
     "decode_header",
     "MAX_HEADER_LENGTH",
+    "wire_str",
 ]
 
 JSON = SerializeType.JSON.value
@@ -132,7 +133,7 @@ class RemotingCommand:
 # encoding
 
 
-def _wire_str(value: object) -> str:
+def wire_str(value: object) -> str:
     """Java's String.valueOf for ext field values: booleans lower-case, numbers decimal."""
     if value is True:
         return "true"
@@ -160,7 +161,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
             if value is None:
                 continue
             if type(value) is not str:
-                value = _wire_str(value)
+                value = wire_str(value)
             append(_json_str(key) + ":" + _json_str(value))
         parts.append(',"extFields":{' + ",".join(items) + "}")
     language = cmd.language
@@ -194,7 +195,7 @@ def _encode_msgpack_header(cmd: RemotingCommand) -> bytes:
         return _packer.pack(header)
     except (TypeError, ValueError, OverflowError):
         # Something msgpack cannot carry natively (e.g. a custom object): fall back to strings.
-        header["extFields"] = {k: _wire_str(v) for k, v in cmd.ext_fields.items() if v is not None}
+        header["extFields"] = {k: wire_str(v) for k, v in cmd.ext_fields.items() if v is not None}
         return _packer.pack(header)
 
 
@@ -219,7 +220,7 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
             kb = _utf8(key)
             if len(kb) > 32767:
                 raise ValueError(f"ext field key too long for the binary header: {key[:40]!r}")
-            vb = _utf8(value if type(value) is str else _wire_str(value))
+            vb = _utf8(value if type(value) is str else wire_str(value))
             entries.append(pack16(len(kb)) + kb + pack32(len(vb)) + vb)
     ext_blob = b"".join(entries)
     return b"".join(
