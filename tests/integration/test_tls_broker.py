@@ -148,7 +148,12 @@ def test_bad_mode_value_stops_start_up(broker_factory, pki):
 async def test_listening_line_states_real_bind_addresses(broker_factory):
     metrics_port = free_port()
     broker = broker_factory(extra={"listenHost": "127.0.0.1", "metricsPort": metrics_port})
-    line = next(ln for ln in broker.log_text().splitlines() if ln.startswith("listening:"))
+    line = ""
+    for _ in range(100):  # printed right after the boot line, which is what the fixture waited for
+        line = next((ln for ln in broker.log_text().splitlines() if ln.startswith("listening:")), "")
+        if line:
+            break
+        await asyncio.sleep(0.05)
     assert line == (f"listening: broker 127.0.0.1:{broker.port}, vip 127.0.0.1:{broker.port - 2}, "
                     f"namesrv 127.0.0.1:{broker.namesrv_port}, metrics 127.0.0.1:{metrics_port}")
 
