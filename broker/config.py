@@ -16,6 +16,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from broker.store.delay_levels import parse_delay_levels
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -35,8 +37,6 @@ CQ_UNIT_SIZE = 20
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
-_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DELAY_TOKEN = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -78,22 +78,6 @@ def default_broker_ip() -> str:
     except OSError:
         pass
     return "127.0.0.1"
-
-
-def parse_delay_levels(text: str) -> list[int]:
-    """``"1s 5s 10s ... 2h"`` -> delays in milliseconds, level 1 first. Raises ValueError when malformed."""
-    tokens = text.split()
-    if not tokens:
-        raise ValueError("expected a space-separated list like '1s 5s 1m 2h', got an empty value")
-    levels = []
-    for token in tokens:
-        match = _DELAY_TOKEN.match(token)
-        if match is None:
-            raise ValueError(
-                f"expected a space-separated list of durations with unit ms/s/m/h/d, bad item {token!r}"
-            )
-        levels.append(int(match.group(1)) * _DELAY_UNITS_MS[match.group(2)])
-    return levels
 
 
 def _default_broker_name() -> str:

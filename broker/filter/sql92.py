@@ -25,7 +25,7 @@ from typing import Any
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from broker.filter import sql92_compile as c
+import broker.filter.sql92_compile as c
 from broker.filter.records import record_matcher
 from broker.filter.sql92_lexer import (
     KEYWORDS,

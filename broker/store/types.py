@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from protocol.ids import offset_msg_ids
 
+from .delay_levels import parse_delay_levels
+
 
 @dataclass
 class StoreConfig:
@@ -55,9 +57,6 @@ class StoreConfig:
 
     def delay_levels_ms(self) -> list[int]:
         """Delay per level (index 0 = level 1) in milliseconds; units ms/s/m/h/d as in broker.conf."""
-        # The broker's parser (imported here, not at module level: broker.config loads the store lazily too).
-        from broker.config import parse_delay_levels
-
         return parse_delay_levels(self.message_delay_level)
 
 

@@ -197,17 +197,22 @@ async def test_frame_length_prefix_alone_reserves_nothing_until_it_is_big():
 def test_fd_limit_warning_names_the_key(caplog):
     import resource
 
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        pytest.skip("no open-file limit on this machine")
-    guard = ConnectionGuard(ConnectionLimits(server_max_connections=soft + 1))
-    with caplog.at_level(logging.WARNING, logger="broker.connections"):
-        guard.check_fd_limit()
-        guard.check_fd_limit()
-    assert len(caplog.records) == 1 and "ulimit -n" in caplog.records[0].getMessage()
-    caplog.clear()
-    ConnectionGuard(ConnectionLimits(server_max_connections=max(1, soft // 2 - 256))).check_fd_limit()
-    assert not caplog.records
+    original = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, hard = original
+    if soft == resource.RLIM_INFINITY:  # give the process a finite limit (lowering is always allowed)
+        soft = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        guard = ConnectionGuard(ConnectionLimits(server_max_connections=soft + 1))
+        with caplog.at_level(logging.WARNING, logger="broker.connections"):
+            guard.check_fd_limit()
+            guard.check_fd_limit()
+        assert len(caplog.records) == 1 and "ulimit -n" in caplog.records[0].getMessage()
+        caplog.clear()
+        ConnectionGuard(ConnectionLimits(server_max_connections=max(1, soft // 2 - 256))).check_fd_limit()
+        assert not caplog.records
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, original)
 
 
 def test_standalone_name_server_refuses_a_bad_config(tmp_path, capsys):
