@@ -13,6 +13,7 @@ from client.allocate import (
     AllocateMessageQueueConsistentHash,
     AllocateStrategy,
 )
+from client.consume_context import ConsumeConcurrentlyContext, ConsumeOrderlyContext
 from client.credentials import Credentials
 from client.errors import (
     MessageValidationError,
@@ -51,6 +52,8 @@ __all__ = [
     "MessageSelector",
     "ConsumeResult",
     "ConsumeOrderlyResult",
+    "ConsumeConcurrentlyContext",
+    "ConsumeOrderlyContext",
     "SendResult",
     "SendStatus",
     "PullResult",

@@ -25,7 +25,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from client.consume_service import RETRY_PREFIX, Listener, invoke_listener, is_async_listener, restore_retry_topics
+from client.consume_context import ConsumeOrderlyContext, ListenerInfo
+from client.consume_service import RETRY_PREFIX, Listener, invoke_listener, restore_retry_topics
 from client.message import ConsumeOrderlyResult, ConsumeResult, MessageExt
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
@@ -75,6 +76,7 @@ class ConsumeOrderlyService:
     ) -> None:
         self.group = group
         self.listener = listener
+        self.listener_info = ListenerInfo(listener)
         self.offset_store = offset_store
         self.send_back = send_back
         self.thread_max = max(1, thread_max)
@@ -95,7 +97,7 @@ class ConsumeOrderlyService:
             return
         self.running = True
         self._slots = asyncio.Semaphore(self.thread_max)
-        if not is_async_listener(self.listener):
+        if not self.listener_info.is_async:
             self._pool = ThreadPoolExecutor(self.thread_max, thread_name_prefix=f"consume-orderly-{self.group}")
 
     async def shutdown(self, grace: float) -> list[ProcessQueue]:
@@ -199,9 +201,9 @@ class ConsumeOrderlyService:
             log.debug("relock of %s failed: %s", pq.mq, exc)
             return False
 
-    async def _call_listener(self, messages: list[MessageExt]):
+    async def _call_listener(self, messages: list[MessageExt], context: ConsumeOrderlyContext):
         try:
-            result = await invoke_listener(self.listener, messages, self._pool)
+            result = await invoke_listener(self.listener_info, messages, context, self._pool)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -215,7 +217,7 @@ class ConsumeOrderlyService:
 
     async def _consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> list[MessageExt]:
         """One listener call and its outcome; returns the messages to consume again after the suspend time."""
-        result = await self._call_listener(batch)
+        result = await self._call_listener(batch, ConsumeOrderlyContext(pq.mq))
         if result in _SUCCESS:
             self._commit(pq, batch)
             return []

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from client.consume_context import ConsumeConcurrentlyContext, ListenerInfo
 from client.message import ConsumeResult, MessageExt
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
@@ -26,7 +27,7 @@ from client.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumeService", "is_async_listener", "restore_retry_topics"]
+__all__ = ["ConsumeService", "invoke_listener", "restore_retry_topics"]
 
 RETRY_PREFIX = "%RETRY%"
 LOCAL_RETRY_DELAY = 5.0
@@ -43,21 +44,20 @@ def restore_retry_topics(messages: list[MessageExt]) -> None:
             m.topic = original
 
 
-def is_async_listener(listener: Callable) -> bool:
-    """True for `async def` functions (also bound methods, partials, objects with an async __call__)."""
-    if inspect.iscoroutinefunction(listener):
-        return True
-    call = getattr(listener, "__call__", None)
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
-async def invoke_listener(listener, messages: list[MessageExt], pool: ThreadPoolExecutor | None):
-    """Call a user listener: plain functions run in the consume thread pool (when there is one), coroutine
-    functions on the loop. Exceptions propagate to the caller, which decides what a failure means."""
+async def invoke_listener(info: ListenerInfo, messages: list[MessageExt], context: object,
+                          pool: ThreadPoolExecutor | None):
+    """Call a user listener with (messages) or (messages, context) as its signature asks: plain functions run in the
+    consume thread pool (when there is one), coroutine functions on the loop. Exceptions propagate to the caller,
+    which decides what a failure means."""
+    listener = info.listener
     if pool is not None:
-        result = await asyncio.get_running_loop().run_in_executor(pool, listener, messages)
+        loop = asyncio.get_running_loop()
+        if info.takes_context:
+            result = await loop.run_in_executor(pool, listener, messages, context)
+        else:
+            result = await loop.run_in_executor(pool, listener, messages)
     else:
-        result = listener(messages)
+        result = listener(messages, context) if info.takes_context else listener(messages)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -77,6 +77,7 @@ class ConsumeService:
     ) -> None:
         self.group = group
         self.listener = listener
+        self.listener_info = ListenerInfo(listener)
         self.offset_store = offset_store
         self.send_back = send_back
         self.thread_max = max(1, thread_max)
@@ -97,7 +98,7 @@ class ConsumeService:
         if self.running:
             return
         self.running = True
-        if not is_async_listener(self.listener):
+        if not self.listener_info.is_async:
             self._pool = ThreadPoolExecutor(self.thread_max, thread_name_prefix=f"consume-{self.group}")
         self._workers = [
             asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}") for i in range(self.thread_max)
@@ -167,7 +168,8 @@ class ConsumeService:
         if pq.dropped:
             return  # the queue moved to another consumer: it resumes from the committed offset
         try:
-            result = await invoke_listener(self.listener, messages, self._pool)
+            context = ConsumeConcurrentlyContext(pq.mq)
+            result = await invoke_listener(self.listener_info, messages, context, self._pool)
         except asyncio.CancelledError:
             raise
         except Exception:
