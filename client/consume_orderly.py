@@ -7,10 +7,13 @@
 * CLUSTERING: a queue is consumed only while this client holds the broker's lock on it (ProcessQueue.holds_lock);
   when the lock is lost or has not been renewed for 30 s, consumption of that queue pauses and the service asks for
   the lock again about once a second. BROADCASTING needs no locks (order is per process).
-* Outcomes: SUCCESS (or None) commits past the messages. SUSPEND_CURRENT_QUEUE_A_MOMENT, RECONSUME_LATER or an
-  exception puts the same messages back at the head of the queue and retries them after
-  `suspend_current_queue_time_millis`, counting `reconsume_times` locally. A message that already failed
-  `max_reconsume_times` times (negative = retry forever) goes to `%DLQ%<group>` (CLUSTERING: CONSUMER_SEND_MSG_BACK
+* Outcomes: SUCCESS commits past the messages. SUSPEND_CURRENT_QUEUE_A_MOMENT, RECONSUME_LATER, an exception or
+  None (a forgotten return; warned about once per consumer) puts the same messages back at the head of the queue and
+  retries them after `suspend_current_queue_time_millis` (or the listener's `context.suspend_current_queue_time_millis`,
+  10..30000 ms), counting `reconsume_times` locally. A listener taking (msgs, context) may set `context.auto_commit =
+  False`: SUCCESS then moves on without committing, COMMIT commits past everything consumed, ROLLBACK consumes
+  everything since the last commit again. A message that already failed
+  `max_reconsume_times` times (negative, the default = retry forever, as the reference) goes to `%DLQ%<group>` (CLUSTERING: CONSUMER_SEND_MSG_BACK
   with delayLevel -1; if the broker refuses, it is suspended and tried again) and the queue moves on past it.
   BROADCASTING has no DLQ: such a message is logged and skipped.
 * The committed offset is the smallest offset still pulled but not consumed, so it only moves past messages that were
@@ -39,8 +42,12 @@ __all__ = ["ConsumeOrderlyService"]
 RELOCK_RETRY_INTERVAL = 1.0
 DLQ_DELAY_LEVEL = -1  # CONSUMER_SEND_MSG_BACK: straight to %DLQ%<group>
 
-_SUCCESS = (None, ConsumeOrderlyResult.SUCCESS, ConsumeResult.SUCCESS)
+_SUCCESS = (ConsumeOrderlyResult.SUCCESS, ConsumeResult.SUCCESS, ConsumeOrderlyResult.COMMIT)
 _SUSPEND = (ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT, ConsumeResult.RECONSUME_LATER)
+_ROLLBACK = (ConsumeOrderlyResult.ROLLBACK,)
+_KNOWN = _SUCCESS + _SUSPEND + _ROLLBACK
+MIN_SUSPEND_MILLIS = 10  # the reference's bounds on a listener's own suspend time
+MAX_SUSPEND_MILLIS = 30000
 
 SendBack = Callable[[ProcessQueue, MessageExt, int], Awaitable[bool]]
 Relock = Callable[[ProcessQueue], Awaitable[bool]]
@@ -49,10 +56,12 @@ Relock = Callable[[ProcessQueue], Awaitable[bool]]
 class _QueueState:
     """Messages of one queue waiting for the listener, and the task consuming them."""
 
-    __slots__ = ("pending", "task", "busy", "idle")
+    __slots__ = ("pending", "consumed", "task", "busy", "idle")
 
     def __init__(self) -> None:
         self.pending: deque[MessageExt] = deque()
+        # auto_commit=False: consumed with SUCCESS but not yet committed (COMMIT commits them, ROLLBACK redoes them)
+        self.consumed: list[MessageExt] = []
         self.task: asyncio.Task | None = None
         self.busy = False  # inside a listener call or settling its outcome
         self.idle = asyncio.Event()
@@ -70,7 +79,7 @@ class ConsumeOrderlyService:
         thread_max: int = 20,
         batch_max_size: int = 1,
         clustering: bool = True,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
         suspend_time: float = 1.0,
         relock: Relock | None = None,
     ) -> None:
@@ -177,13 +186,13 @@ class ConsumeOrderlyService:
                     state.busy = True
                     state.idle.clear()
                     try:
-                        retry = await self._consume(pq, batch)
+                        retry, suspend = await self._consume(pq, state, batch)
                     finally:
                         state.busy = False
                         state.idle.set()
                 if retry:
                     pending.extendleft(reversed(retry))
-                    await asyncio.sleep(self.suspend_time)
+                    await asyncio.sleep(suspend)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug here must not wedge the queue silently
@@ -210,17 +219,52 @@ class ConsumeOrderlyService:
             log.exception("orderly listener of group %s raised on %d message(s); suspending the queue",
                           self.group, len(messages))
             return ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
-        if result not in _SUCCESS and result not in _SUSPEND:
+        if result is None:
+            self.listener_info.warn_none_once(self.group, "SUSPEND_CURRENT_QUEUE_A_MOMENT")
+            return ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if result not in _KNOWN:
             log.warning("orderly listener of group %s returned %r; treating as SUSPEND_CURRENT_QUEUE_A_MOMENT",
                         self.group, result)
+            return ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
         return result
 
-    async def _consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> list[MessageExt]:
-        """One listener call and its outcome; returns the messages to consume again after the suspend time."""
-        result = await self._call_listener(batch, ConsumeOrderlyContext(pq.mq))
-        if result in _SUCCESS:
-            self._commit(pq, batch)
-            return []
+    def _suspend_seconds(self, context: ConsumeOrderlyContext) -> float:
+        """The listener's own suspend time when it set one, else the consumer's, within the reference's bounds."""
+        millis = context.suspend_current_queue_time_millis
+        if millis == -1:
+            return self.suspend_time
+        return min(max(millis, MIN_SUSPEND_MILLIS), MAX_SUSPEND_MILLIS) / 1000.0
+
+    async def _consume(self, pq: ProcessQueue, state: _QueueState, batch: list[MessageExt]
+                       ) -> tuple[list[MessageExt], float]:
+        """One listener call and its outcome; returns the messages to consume again and how long to wait first."""
+        context = ConsumeOrderlyContext(pq.mq)
+        result = await self._call_listener(batch, context)
+        if context.auto_commit:
+            if result in _SUCCESS or result in _ROLLBACK:
+                if result in _ROLLBACK:
+                    log.warning("orderly listener of group %s returned ROLLBACK with auto_commit on; treating it as "
+                                "SUCCESS (set context.auto_commit = False to commit or roll back yourself)",
+                                self.group)
+                self._commit(pq, state.consumed + batch)
+                state.consumed.clear()
+                return [], 0.0
+        else:
+            if result in _SUCCESS and result is not ConsumeOrderlyResult.COMMIT:
+                state.consumed.extend(batch)  # consumption moves on; the offset waits for COMMIT
+                return [], 0.0
+            if result is ConsumeOrderlyResult.COMMIT:
+                self._commit(pq, state.consumed + batch)
+                state.consumed.clear()
+                return [], 0.0
+            if result in _ROLLBACK:
+                redo = state.consumed + batch
+                state.consumed.clear()
+                return redo, self._suspend_seconds(context)
+        return await self._suspend(pq, batch), self._suspend_seconds(context)
+
+    async def _suspend(self, pq: ProcessQueue, batch: list[MessageExt]) -> list[MessageExt]:
+        """A failed batch: count its retries; messages past max_reconsume_times go to the DLQ, the rest wait."""
         limit = self.max_reconsume_times
         retry: list[MessageExt] = []
         dead: list[MessageExt] = []

@@ -1,14 +1,19 @@
 """Concurrent consumption for the push consumer: a fixed pool of `consume_thread_max` workers.
 
 Pulled messages are cut into chunks of at most `consume_message_batch_max_size` and queued; each worker takes one
-chunk at a time and calls the listener. An `async def` listener runs on the event loop (up to consume_thread_max
-at once); a plain function runs in a thread pool of consume_thread_max threads, so blocking code never stalls
-pulling. Outcomes:
-  * SUCCESS (or None): the chunk is done and the queue's committable offset moves forward;
-  * RECONSUME_LATER or an exception: CLUSTERING sends each message back to the broker (CONSUMER_SEND_MSG_BACK),
-    which redelivers it through %RETRY%<group> after a delay; a message the broker refuses is consumed again locally
-    5 s later, and the queue's offset stays pinned before it meanwhile. BROADCASTING has no retry: a warning is
-    logged and the messages count as consumed.
+chunk at a time and calls the listener, as ``listener(msgs)`` or, when it takes two parameters,
+``listener(msgs, context)`` with a ConsumeConcurrentlyContext. An `async def` listener runs on the event loop (up to
+consume_thread_max at once); a plain function runs in a thread pool of consume_thread_max threads, so blocking code
+never stalls pulling. Outcomes, as in the reference client:
+  * SUCCESS: the chunk is done and the queue's committable offset moves forward, except the messages after
+    ``context.ack_index`` (partial success), which are handled as failed;
+  * RECONSUME_LATER, an exception, or None (a forgotten return; warned about once per consumer): CLUSTERING sends
+    each message back (client.consumer_ops.ConsumerOps.send_message_back: CONSUMER_SEND_MSG_BACK with
+    ``context.delay_level_when_next_consume``, else a new message on %RETRY%<group>), which redelivers it through
+    %RETRY%<group> after a delay. Only when both ways fail is it consumed again locally 5 s later, the queue's offset
+    pinned before it meanwhile. BROADCASTING has no retry: a warning is logged and the messages count as consumed.
+  * A call that holds its messages longer than ``consume_timeout`` seconds: the messages are sent back with delay
+    level 3 and the queue moves on; an ``async`` listener is cancelled, a thread's eventual result is ignored.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ __all__ = ["ConsumeService", "invoke_listener", "restore_retry_topics"]
 
 RETRY_PREFIX = "%RETRY%"
 LOCAL_RETRY_DELAY = 5.0
+TIMEOUT_DELAY_LEVEL = 3  # the reference's delay level for messages whose consumption timed out
 
 Listener = Callable[[list[MessageExt]], "ConsumeResult | None | Awaitable[ConsumeResult | None]"]
-SendBack = Callable[[ProcessQueue, MessageExt], Awaitable[bool]]
+SendBack = Callable[[ProcessQueue, MessageExt, int], Awaitable[bool]]
 
 
 def restore_retry_topics(messages: list[MessageExt]) -> None:
@@ -74,8 +80,10 @@ class ConsumeService:
         thread_max: int = 20,
         batch_max_size: int = 1,
         clustering: bool = True,
+        consume_timeout: float = 900.0,
     ) -> None:
         self.group = group
+        self.consume_timeout = consume_timeout
         self.listener = listener
         self.listener_info = ListenerInfo(listener)
         self.offset_store = offset_store
@@ -167,29 +175,47 @@ class ConsumeService:
         """Run the listener on one chunk and settle the outcome."""
         if pq.dropped:
             return  # the queue moved to another consumer: it resumes from the committed offset
+        context = ConsumeConcurrentlyContext(pq.mq)
+        deadline = asyncio.timeout(self.consume_timeout)  # cancels an async listener; a thread's result is dropped
         try:
-            context = ConsumeConcurrentlyContext(pq.mq)
-            result = await invoke_listener(self.listener_info, messages, context, self._pool)
+            async with deadline:
+                result = await invoke_listener(self.listener_info, messages, context, self._pool)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                await self._expire(pq, messages)
+                return
             log.exception("listener of group %s raised on %d message(s); treating as RECONSUME_LATER",
                           self.group, len(messages))
             result = ConsumeResult.RECONSUME_LATER
-        if result is None or result is ConsumeResult.SUCCESS:
+        if result is None:
+            self.listener_info.warn_none_once(self.group, "RECONSUME_LATER")
+            result = ConsumeResult.RECONSUME_LATER
+        if result is ConsumeResult.SUCCESS:
+            ack_index = min(context.ack_index, len(messages) - 1)
+        else:
+            if not isinstance(result, ConsumeResult):
+                log.warning("listener of group %s returned %r, not a ConsumeResult; treating as RECONSUME_LATER",
+                            self.group, result)
+            ack_index = -1
+        if ack_index >= len(messages) - 1:
             self._advance(pq, messages)
             return
-        if not isinstance(result, ConsumeResult):
-            log.warning("listener of group %s returned %r, not a ConsumeResult; treating as RECONSUME_LATER",
-                        self.group, result)
+        failed = messages[ack_index + 1:] if ack_index >= 0 else messages
         if not self.clustering:
             log.warning("group %s (broadcasting): %d message(s) failed and are not retried, e.g. %s",
-                        self.group, len(messages), messages[0].msg_id)
+                        self.group, len(failed), failed[0].msg_id)
             self._advance(pq, messages)
             return
+        await self._send_back_or_retry(pq, messages, failed, context.delay_level_when_next_consume)
+
+    async def _send_back_or_retry(self, pq: ProcessQueue, messages: list[MessageExt], failed: list[MessageExt],
+                                  delay_level: int) -> None:
+        """Send the failed messages back; the chunk's offset moves past all but those no way could hand back."""
         refused = []
-        for m in messages:
-            if not await self.send_back(pq, m):
+        for m in failed:
+            if not await self.send_back(pq, m, delay_level):
                 m.reconsume_times = m.reconsume_times + 1  # counted locally, as the Java client does
                 refused.append(m)
         if refused:
@@ -199,6 +225,18 @@ class ConsumeService:
             self._retry_locally(pq, refused)
             return
         self._advance(pq, messages)
+
+    async def _expire(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        """The listener held the chunk past consume_timeout: send it back (delay level 3) and move on."""
+        log.warning("listener %s of group %s held %d message(s) of %s for more than %.0f s (consume_timeout); "
+                    "sending them back, e.g. %s", self.listener_info.name, self.group, len(messages), pq.mq,
+                    self.consume_timeout, messages[0].msg_id)
+        if pq.dropped:
+            return
+        if not self.clustering:
+            self._advance(pq, messages)
+            return
+        await self._send_back_or_retry(pq, messages, messages, TIMEOUT_DELAY_LEVEL)
 
     def _retry_locally(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
         loop = asyncio.get_running_loop()

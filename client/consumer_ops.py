@@ -6,6 +6,8 @@ subscriptions are re-checked exactly on the client, since the broker filters by 
 
 from __future__ import annotations
 
+import logging
+import random
 import time
 
 from client.errors import MQBrokerError, MQClientError, RemotingError, SubscriptionCheckError
@@ -21,6 +23,14 @@ from protocol.codes import (
 from protocol.command import RemotingCommand
 from protocol.jsonlenient import dumps_compact
 from protocol.message import RecordError, iter_records
+from protocol.properties import encode_properties
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+# Properties the reference client drops when it re-sends a failed message itself (they describe the old copy).
+_RESEND_DROPPED = ("TRAN_MSG", "DELAY", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CLUSTER", "MIN_OFFSET",
+                   "MAX_OFFSET", "REAL_TOPIC", "REAL_QID")
 
 
 def decode_messages(body: bytes, broker_name: str | None, selector: MessageSelector | None) -> list[MessageExt]:
@@ -172,6 +182,73 @@ class ConsumerOps:
             _int(hdr.get("minOffset"), 0),
             _int(hdr.get("maxOffset"), 0),
         )
+
+    # ------------------------------------------------------------------ retries
+    async def send_message_back(
+        self, msg: MessageExt, delay_level: int = 0, *, broker_name: str | None = None,
+        max_reconsume_times: int = -1, timeout: float | None = None,
+    ) -> None:
+        """Hand a failed message back for redelivery through %RETRY%<group> (or %DLQ%<group>: delay_level -1, or
+        once it was reconsumed max_reconsume_times times; -1 = the group's retryMaxTimes).
+
+        First CONSUMER_SEND_MSG_BACK to the broker that holds it (the broker copies it from its commit log); when
+        that fails, the message is sent to %RETRY%<group> as a new message, as the reference client does, with
+        RETRY_TOPIC, ORIGIN_MESSAGE_ID, reconsume times + 1 and delay level 3 + reconsume times. Raises only when
+        both fail."""
+        broker = broker_name or msg.broker_name
+        ext = {
+            "offset": msg.commit_log_offset,
+            "group": self.group,
+            "delayLevel": delay_level,
+            "originMsgId": msg.msg_id,
+            "originTopic": msg.topic,
+            "unitMode": False,
+            "maxReconsumeTimes": max_reconsume_times,
+        }
+        try:
+            if not broker:
+                raise MQClientError(f"message {msg.msg_id} names no broker; give broker_name")
+            addr = self.instance.master_addr(broker) or await self.instance.find_master_addr(broker, msg.topic)
+            reply = await self.instance.invoke_broker(
+                addr, RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=ext), timeout)
+            if reply.code == ResponseCode.SUCCESS:
+                return
+            problem: Exception = MQBrokerError(reply.code, reply.remark, addr)
+        except (RemotingError, MQBrokerError, MQClientError) as exc:
+            problem = exc
+        log.warning("send-back of %s failed (%s); re-sending it to %s%s as a new message", msg.msg_id, problem,
+                    RETRY_PREFIX, self.group)
+        await self.resend_to_retry_topic(msg, max_reconsume_times, timeout, prefer_broker=broker)
+
+    async def resend_to_retry_topic(self, msg: MessageExt, max_reconsume_times: int = -1,
+                                    timeout: float | None = None, prefer_broker: str | None = None) -> None:
+        """The reference client's fallback when CONSUMER_SEND_MSG_BACK fails: SEND_MESSAGE_V2 of a copy to
+        %RETRY%<group> (same body, flag, user properties, keys, tags, UNIQ_KEY)."""
+        retry_topic = RETRY_PREFIX + self.group
+        props = {k: v for k, v in msg.properties.items() if k not in _RESEND_DROPPED}
+        props.setdefault("RETRY_TOPIC", msg.topic)
+        props.setdefault("ORIGIN_MESSAGE_ID", msg.msg_id)
+        reconsume = msg.reconsume_times + 1
+        props["DELAY"] = str(3 + msg.reconsume_times)
+        props.setdefault("WAIT", "true")
+        route = self.instance.routes.get(retry_topic) or await self.instance.update_route(retry_topic)
+        queues = route.publish_queues(retry_topic)
+        if not queues:
+            raise MQClientError(f"{retry_topic} has no writable queue")
+        preferred = [mq for mq in queues if mq.broker_name == prefer_broker]
+        mq = random.choice(preferred or queues)
+        header = {
+            "a": self.group, "b": retry_topic, "c": "TBW102", "d": 4, "e": mq.queue_id, "f": 0,
+            "g": int(time.time() * 1000), "h": msg.flag, "i": encode_properties(props), "j": reconsume,
+            "k": False, "l": max_reconsume_times, "m": False, "n": mq.broker_name,
+        }
+        addr = self.instance.master_addr(mq.broker_name) or await self.instance.find_master_addr(
+            mq.broker_name, retry_topic)
+        reply = await self.instance.invoke_broker(
+            addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=bytes(msg.body)), timeout)
+        if reply.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                              ResponseCode.SLAVE_NOT_AVAILABLE):
+            raise MQBrokerError(reply.code, reply.remark, addr)
 
     # ------------------------------------------------------------------ offsets
     async def query_consumer_offset(

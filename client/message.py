@@ -234,10 +234,15 @@ class ConsumeResult(enum.Enum):
 
 
 class ConsumeOrderlyResult(enum.Enum):
-    """What an orderly listener returns: SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages later, in place."""
+    """What an orderly listener returns: SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages later, in place.
+
+    COMMIT and ROLLBACK matter only when the listener set ``context.auto_commit = False``: COMMIT commits the offset
+    past everything consumed so far, ROLLBACK consumes everything since the last commit again."""
 
     SUCCESS = "SUCCESS"
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from client.consumer_ops import ConsumerOps
 from client.credentials import Credentials
 from client.errors import MQClientError
 from client.instance import ClientLifecycle, ClientInstance
-from client.message import MessageQueue, MessageSelector, PullResult
+from client.message import MessageExt, MessageQueue, MessageSelector, PullResult
 
 __all__ = ["PullConsumer"]
 
@@ -138,6 +138,17 @@ class PullConsumer(ClientLifecycle):
         self, mq: MessageQueue, sub_expression: MessageSelector | str | None, offset: int, max_nums: int = 32
     ) -> PullResult:
         return await self.pull(mq, sub_expression, offset, max_nums, block=True)
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int = 0, broker_name: str | None = None, *,
+                                max_reconsume_times: int = -1) -> None:
+        """Give a message this application failed to process back to the broker for redelivery to this group
+        through %RETRY%<group>, as the reference pull consumer's sendMessageBack: delay_level 0 lets the broker choose
+        (3 + reconsume times), -1 sends it straight to %DLQ%<group>, > 0 is that delay level. Subscribe to (pull)
+        %RETRY%<group> to receive it again. When the broker refuses, the message is sent to %RETRY%<group> as a new
+        message; raises only when both fail."""
+        self._check_started()
+        await self._ops.send_message_back(msg, delay_level, broker_name=broker_name,
+                                          max_reconsume_times=max_reconsume_times)
 
     async def update_offset(self, mq: MessageQueue, offset: int, *, oneway: bool = False) -> None:
         """Store the group's consume offset for mq on the broker (UPDATE_CONSUMER_OFFSET)."""

@@ -63,8 +63,12 @@ _UNLOCKED_PULL_RECHECK = 1.0  # an orderly queue whose lock is lost waits this l
 class PushConsumer:
     """`c = PushConsumer("cg"); c.subscribe("T", "TagA || TagB"); c.register_listener(handler); await c.start()`.
 
-    max_reconsume_times: retries before a failed message goes to %DLQ%<group> (concurrent: sent to the broker with
-    each send-back, -1 = the group's retryMaxTimes, 16; orderly: counted by the client, -1 = retry forever).
+    max_reconsume_times: retries before a failed message goes to %DLQ%<group>. -1 (the default) means what it means
+    in the reference client: concurrent, the group's retryMaxTimes on the broker (16); orderly, retry forever, so a
+    downstream outage never breaks the order. An explicit value applies to both (concurrent: sent to the broker with
+    each send-back; orderly: counted by the client).
+    consume_timeout: minutes a listener may hold a message (default 15, as the reference); past that the message
+    is sent back (delay level 3), its queue moves on, and an ``async`` listener is cancelled.
     suspend_current_queue_time_millis: how long an orderly queue waits before a failed batch is consumed again.
 
     consume_from_where applies to queues the group has no committed offset for: LAST_OFFSET starts at the queue's
@@ -84,11 +88,12 @@ class PushConsumer:
         allocate_strategy: AllocateStrategy | str | Callable | None = None,
         consume_thread_max: int = 20,
         consume_message_batch_max_size: int = 1,
+        consume_timeout: float = 15.0,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100,
         consume_concurrently_max_span: int = 2000,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
         suspend_current_queue_time_millis: int = 1000,
         suspend_timeout: float = 15.0,
         rebalance_interval: float = 20.0,
@@ -118,6 +123,9 @@ class PushConsumer:
         self.allocate_strategy = resolve_strategy(allocate_strategy)
         self.consume_thread_max = max(1, consume_thread_max)
         self.consume_message_batch_max_size = max(1, consume_message_batch_max_size)
+        if consume_timeout <= 0:
+            raise ValueError(f"consume_timeout must be positive (minutes), got {consume_timeout!r}")
+        self.consume_timeout = consume_timeout
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue  # MiB, as in RocketMQ
@@ -250,7 +258,7 @@ class PushConsumer:
             self._consume = ConsumeService(
                 self.group, self._listener, self.offset_store, self._send_back,
                 thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
-                clustering=self._clustering,
+                clustering=self._clustering, consume_timeout=self.consume_timeout * 60.0,
             )
         self._consume.start()
         self._stopping = False
@@ -498,28 +506,14 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ retries
     async def _send_back(self, pq: ProcessQueue, m: MessageExt, delay_level: int = 0) -> bool:
-        """CONSUMER_SEND_MSG_BACK: the broker stores the message again for redelivery through %RETRY%<group>
-        (delay level 0: the broker's choice, 3 + reconsume times), or in %DLQ%<group> once it was reconsumed
-        max_reconsume_times times or when delay_level is negative."""
-        ext = {
-            "offset": m.commit_log_offset,
-            "group": self.group,
-            "delayLevel": delay_level,
-            "originMsgId": m.msg_id,
-            "originTopic": m.topic,
-            "unitMode": False,
-            "maxReconsumeTimes": self.max_reconsume_times,
-        }
+        """Hand a failed message back (client.consumer_ops.ConsumerOps.send_message_back: CONSUMER_SEND_MSG_BACK,
+        falling back to a new message on %RETRY%<group>); False only when both ways failed."""
         try:
-            addr = await self._ops.broker_addr(pq.mq)
-            reply = await self._instance.invoke_broker(
-                addr, RemotingCommand(code=RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=ext)
-            )
+            await self._ops.send_message_back(m, delay_level, broker_name=pq.mq.broker_name,
+                                              max_reconsume_times=self.max_reconsume_times)
         except Exception as exc:
-            log.warning("send-back of %s failed: %s", m.msg_id, exc)
-            return False
-        if reply.code != ResponseCode.SUCCESS:
-            log.warning("send-back of %s refused: %s %s", m.msg_id, reply.code, reply.remark)
+            log.warning("send-back of %s failed, also as a new message to %s%s: %s", m.msg_id, RETRY_PREFIX,
+                        self.group, exc)
             return False
         return True
 

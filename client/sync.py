@@ -138,6 +138,10 @@ class PullConsumer(_Facade):
     def update_offset(self, mq: _message.MessageQueue, offset: int) -> None:
         self._call(self._client.update_offset(mq, offset))
 
+    def send_message_back(self, msg: _message.MessageExt, delay_level: int = 0, broker_name: str | None = None,
+                          **kwargs) -> None:
+        self._call(self._client.send_message_back(msg, delay_level, broker_name, **kwargs))
+
     def fetch_consume_offset(self, mq: _message.MessageQueue) -> int:
         return self._call(self._client.fetch_consume_offset(mq))
 

@@ -114,6 +114,7 @@ async def test_delayed_message_is_not_delivered_before_its_delay(retry_broker):
 
     async def listener(msgs):
         got.extend((time.monotonic(), m) for m in msgs)
+        return ConsumeResult.SUCCESS
 
     consumer = push_consumer(group, ns, topic, listener)
     await consumer.start()

@@ -187,6 +187,7 @@ async def test_unlocked_queue_is_not_consumed_until_relocked():
 
     async def listener(batch):
         seen.append(batch[0].queue_offset)
+        return ConsumeOrderlyResult.SUCCESS
 
     svc = make(listener, relock=relock)
     import client.consume_orderly as orderly
@@ -219,7 +220,8 @@ async def test_broadcasting_orderly_needs_no_lock_and_skips_exhausted_messages(c
 
     async def listener(batch):
         seen.append(batch[0].queue_offset)
-        return ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if batch[0].queue_offset == 0 else None
+        return (ConsumeOrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if batch[0].queue_offset == 0
+                else ConsumeOrderlyResult.SUCCESS)
 
     svc = make(listener, send_back=send_back, clustering=False, max_times=1)
     pq = ProcessQueue(MQ)  # never locked
@@ -238,6 +240,7 @@ async def test_quiesce_waits_for_the_running_call_and_its_commit():
     async def listener(batch):
         started.set()
         await release.wait()
+        return ConsumeOrderlyResult.SUCCESS
 
     svc = make(listener)
     pq = locked_queue()
@@ -259,6 +262,7 @@ async def test_retry_topic_messages_keep_their_original_topic():
 
     async def listener(batch):
         seen.append(batch[0].topic)
+        return ConsumeOrderlyResult.SUCCESS
 
     svc = make(listener)
     pq = locked_queue(MessageQueue("%RETRY%cg", "b", 0))
@@ -333,7 +337,7 @@ async def test_concurrent_refused_send_back_counts_the_retry_locally(monkeypatch
         seen.append(batch[0].reconsume_times)
         return ConsumeResult.RECONSUME_LATER if len(seen) == 1 else ConsumeResult.SUCCESS
 
-    async def refuse(pq, m):
+    async def refuse(pq, m, delay_level=0):
         return False
 
     svc = ConsumeService("cg", listener, MemoryStore(), refuse, thread_max=1)

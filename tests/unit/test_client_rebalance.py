@@ -82,7 +82,7 @@ class RecordingStore(OffsetStore):
 
 
 def make_service(listener, send_back=None, clustering=True, batch=1):
-    async def accept(pq, m):
+    async def accept(pq, m, delay_level=0):
         return True
 
     return ConsumeService("cg", listener, RecordingStore(), send_back or accept, thread_max=4,
@@ -104,7 +104,7 @@ async def test_consume_failure_is_sent_back_then_offset_advances():
     async def listener(batch):
         raise RuntimeError("boom")
 
-    async def fake_send_back(pq, m):
+    async def fake_send_back(pq, m, delay_level=0):
         sent.append(m.queue_offset)
         return True
 
@@ -119,7 +119,7 @@ async def test_consume_failure_is_sent_back_then_offset_advances():
 async def test_broadcasting_failure_is_not_retried(caplog):
     sent = []
 
-    async def fake_send_back(pq, m):
+    async def fake_send_back(pq, m, delay_level=0):
         sent.append(m)
         return True
 
@@ -140,7 +140,7 @@ async def test_failed_send_back_pins_offset_and_reconsumes_locally(monkeypatch):
         calls.append(batch[0].queue_offset)
         return ConsumeResult.RECONSUME_LATER if len(calls) == 1 else ConsumeResult.SUCCESS
 
-    async def refuse(pq, m):
+    async def refuse(pq, m, delay_level=0):
         return False
 
     svc = make_service(listener, refuse)
@@ -222,6 +222,7 @@ async def test_shutdown_waits_for_running_listener_and_hands_back_queued():
         started.set()
         await release.wait()
         done.append(batch[0].queue_offset)
+        return ConsumeResult.SUCCESS
 
     svc = ConsumeService("cg", slow, RecordingStore(), None, thread_max=1)
     svc.start()
