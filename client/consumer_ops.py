@@ -28,6 +28,8 @@ from protocol.properties import encode_properties
 log = logging.getLogger(__name__)
 
 RETRY_PREFIX = "%RETRY%"
+_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+           ResponseCode.SLAVE_NOT_AVAILABLE)
 # Properties the reference client drops when it re-sends a failed message itself (they describe the old copy).
 _RESEND_DROPPED = ("TRAN_MSG", "DELAY", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CLUSTER", "MIN_OFFSET",
                    "MAX_OFFSET", "REAL_TOPIC", "REAL_QID")
@@ -231,23 +233,45 @@ class ConsumerOps:
         reconsume = msg.reconsume_times + 1
         props["DELAY"] = str(3 + msg.reconsume_times)
         props.setdefault("WAIT", "true")
-        route = self.instance.routes.get(retry_topic) or await self.instance.update_route(retry_topic)
-        queues = route.publish_queues(retry_topic)
-        if not queues:
-            raise MQClientError(f"{retry_topic} has no writable queue")
-        preferred = [mq for mq in queues if mq.broker_name == prefer_broker]
-        mq = random.choice(preferred or queues)
+        body = bytes(msg.body)
+        properties = encode_properties(props)
+        tried: set[str] = set()
+        problem: Exception | None = None
+        route = self.instance.routes.get(retry_topic)
+        for _ in range(2):  # the cached route, then a fresh one: the broker that failed may be all the cache knows
+            if route is None:
+                try:
+                    route = await self.instance.update_route(retry_topic)
+                except MQBrokerError as exc:
+                    raise problem or exc
+            by_broker: dict[str, list[MessageQueue]] = {}
+            for mq in route.publish_queues(retry_topic):
+                if mq.broker_name not in tried:
+                    by_broker.setdefault(mq.broker_name, []).append(mq)
+            # the message's own broker first, then the others: it may be the one that failed
+            for broker in sorted(by_broker, key=lambda name: (name != prefer_broker, random.random())):
+                tried.add(broker)
+                try:
+                    await self._send_retry_copy(random.choice(by_broker[broker]), body, properties, msg.flag,
+                                                reconsume, max_reconsume_times, timeout)
+                    return
+                except (RemotingError, MQBrokerError) as exc:
+                    problem = exc
+            route = None
+        raise problem or MQClientError(f"{retry_topic} has no writable queue")
+
+    async def _send_retry_copy(self, mq: MessageQueue, body: bytes, properties: str, flag: int, reconsume: int,
+                               max_reconsume_times: int, timeout: float | None) -> None:
         header = {
-            "a": self.group, "b": retry_topic, "c": "TBW102", "d": 4, "e": mq.queue_id, "f": 0,
-            "g": int(time.time() * 1000), "h": msg.flag, "i": encode_properties(props), "j": reconsume,
+            "a": self.group, "b": mq.topic, "c": "TBW102", "d": 4, "e": mq.queue_id, "f": 0,
+            "g": int(time.time() * 1000), "h": flag, "i": properties, "j": reconsume,
             "k": False, "l": max_reconsume_times, "m": False, "n": mq.broker_name,
         }
         addr = self.instance.master_addr(mq.broker_name) or await self.instance.find_master_addr(
-            mq.broker_name, retry_topic)
+            mq.broker_name, mq.topic)
         reply = await self.instance.invoke_broker(
-            addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=bytes(msg.body)), timeout)
-        if reply.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                              ResponseCode.SLAVE_NOT_AVAILABLE):
+            addr, RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body), timeout)
+        if reply.code not in _STORED:
             raise MQBrokerError(reply.code, reply.remark, addr)
 
     # ------------------------------------------------------------------ offsets
