@@ -164,6 +164,7 @@ class PushConsumer:
         self._service_tasks: list[asyncio.Task] = []
         self._started = False
         self._stopping = False
+        self._group_missing_reported = False
 
     @property
     def client_id(self) -> str:
@@ -279,6 +280,11 @@ class PushConsumer:
             await self._abort_start()
             raise
         await self._instance.heartbeat_all()
+        try:
+            await self._check_group_exists()
+        except BaseException:
+            await self._abort_start()
+            raise
         await self._rebalance()
         self._service_tasks = [
             asyncio.create_task(self._rebalance_service(), name=f"rebalance-{self.group}"),
@@ -286,6 +292,26 @@ class PushConsumer:
         ]
         if self._uses_locks:
             self._service_tasks.append(asyncio.create_task(self._lock_service(), name=f"lock-mq-{self.group}"))
+
+    async def _check_group_exists(self) -> None:
+        """A group the broker does not know (autoCreateSubscriptionGroup=false) would receive nothing, silently:
+        one pull without long polling on a subscribed queue tells, since the broker answers it with
+        SUBSCRIPTION_GROUP_NOT_EXIST (26) as the reference broker does. Raises MQClientError with its remark."""
+        for topic, selector in self._subscriptions.items():
+            route = self._instance.routes.get(topic)
+            queues = sort_queues(route.subscribe_queues(topic)) if route is not None else []
+            if not queues:
+                continue
+            try:
+                await self._ops.pull(queues[0], selector, 0, 1, timeout=self._instance.rpc_timeout)
+            except MQBrokerError as exc:
+                if exc.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    raise MQClientError(
+                        f"consumer group {self.group!r} does not exist on broker {exc.addr}: {exc.remark} (create it "
+                        f"with mqadmin updateSubGroup, or set autoCreateSubscriptionGroup=true)") from exc
+            except Exception as exc:  # the pull loops will report what persists
+                log.debug("group check pull on %s failed: %s", queues[0], exc)
+            return
 
     async def _abort_start(self) -> None:
         """start() failed after the instance started: stop the consume service, unregister and close."""
@@ -479,9 +505,19 @@ class PushConsumer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug("pull %s failed: %s; retrying in %.0f s", mq, exc, _PULL_ERROR_BACKOFF)
+                if isinstance(exc, MQBrokerError) and exc.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                    if not self._group_missing_reported:
+                        self._group_missing_reported = True
+                        log.error("consumer group %s receives nothing: broker %s says %s (create the group with "
+                                  "mqadmin updateSubGroup); pulls are retried every %.0f s", self.group, exc.addr,
+                                  exc.remark, _PULL_ERROR_BACKOFF)
+                else:
+                    log.debug("pull %s failed: %s; retrying in %.0f s", mq, exc, _PULL_ERROR_BACKOFF)
                 await asyncio.sleep(_PULL_ERROR_BACKOFF)
                 continue
+            if self._group_missing_reported:
+                self._group_missing_reported = False
+                log.warning("consumer group %s exists now on broker; consumption resumes", self.group)
             if pq.dropped:
                 return
             pq.last_pull_time = time.monotonic()

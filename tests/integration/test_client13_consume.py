@@ -367,3 +367,33 @@ async def test_pull_consumer_send_message_back_redelivers_through_the_retry_topi
         [again] = await wait_for(retried, "the message on %RETRY%<group>", 20)
     assert again.body == b"p1" and again.reconsume_times == 1
     assert again.get_property("RETRY_TOPIC") == topic and again.msg_id == sent.msg_id
+
+
+# --------------------------------------------------------------------------------------------- missing group
+async def test_push_consumer_of_a_group_the_broker_does_not_know_fails_to_start(broker_factory, caplog):
+    from client import MQClientError
+    from client.admin import AdminClient
+    from protocol.config_bodies import SubscriptionGroupConfig
+
+    broker = broker_factory("broker-nogroup", extra={"autoCreateSubscriptionGroup": "false"})
+    ns, topic, group = broker.namesrv_addr, "C13NoGroup", "cg-c13-missing"
+    await send_all(ns, topic, [b"g1"])
+    received: list[bytes] = []
+
+    async def listener(msgs):
+        received.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    consumer = push_consumer(group, ns, topic, listener)
+    with pytest.raises(MQClientError, match="does not exist") as caught:
+        await consumer.start()
+    assert group in str(caught.value) and "updateSubGroup" in str(caught.value)
+
+    async with AdminClient(ns) as admin:
+        await admin.update_subscription_group(broker.addr, SubscriptionGroupConfig(group))
+    consumer = push_consumer(group, ns, topic, listener)
+    await consumer.start()
+    try:
+        await wait_for(lambda: received == [b"g1"], "the message once the group exists", 20)
+    finally:
+        await consumer.shutdown()
