@@ -12,7 +12,7 @@ from client.errors import MessageValidationError
 from client.message import Message, validate_property_text
 from protocol.ids import UniqKeyGenerator
 from protocol.message import BatchEntry, encode_batch_body
-from protocol.properties import MAX_PROPERTIES_BYTES, encode_properties
+from protocol.properties import MAX_PROPERTIES_BYTES, SYSTEM_PROPERTY_NAMES, encode_properties
 
 __all__ = ["DEFAULT_TOPIC", "MessageEncoder", "PreparedSend"]
 
@@ -87,6 +87,11 @@ class MessageEncoder:
             return props
         parts = []
         if user:
+            reserved = SYSTEM_PROPERTY_NAMES.intersection(user)
+            if reserved:
+                raise MessageValidationError(
+                    f"property {sorted(reserved)[0]!r} is reserved by RocketMQ (used by the system); choose another "
+                    f"name (tags, keys and delay_level are Message fields)")
             for name, value in user.items():
                 if not isinstance(name, str) or not isinstance(value, str):
                     raise MessageValidationError(

@@ -22,7 +22,7 @@ from client.errors import (
     RemotingTimeoutError,
 )
 from client.instance import ClientLifecycle, ClientInstance, _int
-from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
+from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
@@ -63,9 +63,13 @@ class Producer(ClientLifecycle):
         credentials: Credentials | None = None,
         tls: "bool | ssl.SSLContext" = False,
         tls_ca_path: str | None = None,
+        retry_another_broker_when_not_store_ok: bool = False,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
+        # A stored-but-not-safe answer (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is returned as
+        # it is unless this is set; then the message is sent again to another broker (it may then exist twice).
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.group = group
         self.namesrv_addr = namesrv_addr
         self.send_timeout = send_timeout
@@ -148,7 +152,12 @@ class Producer(ClientLifecycle):
                         )
                     status = SEND_STATUS_BY_CODE.get(reply.code)
                     if status is not None:
-                        return self._result(status, reply, mq, prepared)
+                        result = self._result(status, reply, mq, prepared)
+                        if status is SendStatus.SEND_OK or not self._retry_not_ok():
+                            return result
+                        return await self._send_with_retries(
+                            prepared, timeout - (_monotonic() - started), mq.broker_name, not_ok=result
+                        )
                     error = MQBrokerError(reply.code, reply.remark, addr)
                     if reply.code not in RETRYABLE_SEND_CODES or not self.retry_times_when_send_failed:
                         raise error
@@ -387,10 +396,12 @@ class Producer(ClientLifecycle):
         failed_broker: str | None = None,
         last_error: Exception | None = None,
         first_queue: MessageQueue | None = None,
+        not_ok: SendResult | None = None,
     ) -> SendResult:
         """Attempts on successive queues (avoiding the broker that just failed) within one overall deadline.
 
-        failed_broker/last_error: the fast path's failed first attempt, which counts against the retry budget.
+        failed_broker/last_error (or not_ok, a stored-but-not-safe result when retry_another_broker_when_not_store_ok
+        is set): the fast path's first attempt, which counts against the retry budget.
         """
         topic = prepared.topic
         info = self._publish.get(topic)
@@ -398,7 +409,8 @@ class Producer(ClientLifecycle):
             info = await self._load_publish_info(topic)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        attempts = 1 + self.retry_times_when_send_failed - (1 if last_error is not None else 0)
+        attempts = 1 + self.retry_times_when_send_failed - (1 if last_error is not None or not_ok is not None else 0)
+        retry_not_ok = self._retry_not_ok()
         for _attempt in range(attempts):
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -408,7 +420,10 @@ class Producer(ClientLifecycle):
             else:
                 mq = info.select(failed_broker)
             try:
-                return await self._send_to_queue(mq, prepared, remaining)
+                result = await self._send_to_queue(mq, prepared, remaining)
+                if result.status is SendStatus.SEND_OK or not retry_not_ok:
+                    return result
+                not_ok = result  # stored, but not safely: try another broker, keep this answer if none does better
             except MQBrokerError as exc:
                 if exc.code not in RETRYABLE_SEND_CODES:
                     raise
@@ -417,9 +432,14 @@ class Producer(ClientLifecycle):
                 last_error = exc
             failed_broker = mq.broker_name
             info = self._publish.get(topic) or info
+        if not_ok is not None:
+            return not_ok
         if last_error is None:
             raise RemotingTimeoutError(f"send to topic {topic!r} timed out after {timeout}s")
         raise last_error
+
+    def _retry_not_ok(self) -> bool:
+        return self.retry_another_broker_when_not_store_ok and self.retry_times_when_send_failed > 0
 
     async def _send_to_queue(self, mq: MessageQueue, prepared: PreparedSend, timeout: float) -> SendResult:
         instance = self._instance
