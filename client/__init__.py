@@ -10,8 +10,12 @@ Brokers with plain ACL (aclEnable=true): pass ``credentials=Credentials(access_k
 from client.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
+    AllocateMachineRoomNearby,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
     AllocateMessageQueueConsistentHash,
     AllocateStrategy,
+    MachineRoomResolver,
 )
 from client.consume_context import ConsumeConcurrentlyContext, ConsumeOrderlyContext
 from client.credentials import Credentials
@@ -62,6 +66,10 @@ __all__ = [
     "AllocateMessageQueueAveragely",
     "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueConsistentHash",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMachineRoomNearby",
+    "MachineRoomResolver",
     "MQClientError",
     "MQBrokerError",
     "MessageValidationError",

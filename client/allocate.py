@@ -27,6 +27,10 @@ __all__ = [
     "AllocateMessageQueueAveragely",
     "AllocateMessageQueueAveragelyByCircle",
     "AllocateMessageQueueConsistentHash",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMachineRoomNearby",
+    "MachineRoomResolver",
     "allocate_averagely",
     "allocate_averagely_by_circle",
     "resolve_strategy",
@@ -150,7 +154,125 @@ class AllocateMessageQueueConsistentHash(AllocateStrategy):
         return f"AllocateMessageQueueConsistentHash(virtual_nodes={self.virtual_nodes})"
 
 
+class AllocateMessageQueueByConfig(AllocateStrategy):
+    """A fixed list of queues chosen by the application: every consumer using it gets exactly that list, whatever
+    the group's other members do (Java's AllocateMessageQueueByConfig)."""
+
+    name = "CONFIG"
+
+    def __init__(self, queues: Sequence[MessageQueue]) -> None:
+        self.queues = list(queues)
+
+    def allocate(self, consumer_group, current_cid, mq_all, cid_all):
+        return list(self.queues)
+
+    def __repr__(self) -> str:
+        return f"AllocateMessageQueueByConfig({self.queues!r})"
+
+
+def broker_room(broker_name: str) -> str | None:
+    """The machine room a broker name declares, RocketMQ's ``room@brokerName`` convention; None without one."""
+    room, sep, rest = broker_name.partition("@")
+    return room if sep and room and rest else None
+
+
+class AllocateMessageQueueByMachineRoom(AllocateStrategy):
+    """Only queues of brokers named ``<room>@<brokerName>`` with a room in `consume_rooms` are considered; they are
+    spread among all consumers of the group, each taking an equal block and the remainder dealt one each to the
+    first consumers (Java's AllocateMessageQueueByMachineRoom)."""
+
+    name = "MACHINE_ROOM"
+
+    def __init__(self, consume_rooms: Sequence[str] | set[str]) -> None:
+        self.consume_rooms = set(consume_rooms)
+
+    def allocate(self, consumer_group, current_cid, mq_all, cid_all):
+        if not current_cid or current_cid not in cid_all:
+            return []
+        index = list(cid_all).index(current_cid)
+        mine = [mq for mq in mq_all if broker_room(mq.broker_name) in self.consume_rooms]
+        n = len(cid_all)
+        per, remainder = divmod(len(mine), n)
+        result = mine[per * index: per * index + per]
+        if remainder > index:
+            result.append(mine[index + per * n])
+        return result
+
+    def __repr__(self) -> str:
+        return f"AllocateMessageQueueByMachineRoom({sorted(self.consume_rooms)!r})"
+
+
+class MachineRoomResolver:
+    """Where brokers and consumers are deployed. The default reads the room from broker names ``<room>@<name>``
+    and from client ids ``<ip>@<room>@<name>`` (give the consumers ``instance_name="<room>@<name>"``); override
+    either method, or pass callables, for another convention."""
+
+    def __init__(self, broker_deploy_in: Callable[[MessageQueue], str | None] | None = None,
+                 consumer_deploy_in: Callable[[str], str | None] | None = None) -> None:
+        if broker_deploy_in is not None:
+            self.broker_deploy_in = broker_deploy_in  # type: ignore[method-assign]
+        if consumer_deploy_in is not None:
+            self.consumer_deploy_in = consumer_deploy_in  # type: ignore[method-assign]
+
+    def broker_deploy_in(self, mq: MessageQueue) -> str | None:
+        return broker_room(mq.broker_name)
+
+    def consumer_deploy_in(self, client_id: str) -> str | None:
+        parts = client_id.split("@")
+        return parts[1] if len(parts) >= 3 and parts[1] else None
+
+
+class AllocateMachineRoomNearby(AllocateStrategy):
+    """Queues of each machine room go to the consumers of that room (by `inner`, averagely by default); queues of
+    rooms without a live consumer are shared by every consumer (Java's AllocateMachineRoomNearby). A queue or a
+    consumer whose room cannot be told is an error, as in the reference."""
+
+    name = "MACHINE_ROOM_NEARBY"
+
+    def __init__(self, inner: AllocateStrategy | str | Callable | None = None,
+                 resolver: MachineRoomResolver | None = None) -> None:
+        self.inner = resolve_strategy(inner)
+        self.resolver = resolver or MachineRoomResolver()
+
+    def allocate(self, consumer_group, current_cid, mq_all, cid_all):
+        if not current_cid or not mq_all or not cid_all or current_cid not in cid_all:
+            return []
+        queues_by_room: dict[str, list[MessageQueue]] = {}
+        for mq in mq_all:
+            room = self.resolver.broker_deploy_in(mq)
+            if not room:
+                raise ValueError(f"machine room unknown for {mq} (broker names must read '<room>@<name>')")
+            queues_by_room.setdefault(room, []).append(mq)
+        consumers_by_room: dict[str, list[str]] = {}
+        for cid in cid_all:
+            room = self.resolver.consumer_deploy_in(cid)
+            if not room:
+                raise ValueError(f"machine room unknown for consumer {cid} (instance_name must read '<room>@<name>')")
+            consumers_by_room.setdefault(room, []).append(cid)
+        my_room = self.resolver.consumer_deploy_in(current_cid)
+        result: list[MessageQueue] = []
+        local = queues_by_room.pop(my_room, None)
+        if local:
+            result.extend(self.inner(consumer_group, current_cid, local, consumers_by_room[my_room]))
+        for room in sorted(queues_by_room):
+            if room not in consumers_by_room:  # nobody consumes in that room: everyone shares its queues
+                result.extend(self.inner(consumer_group, current_cid, queues_by_room[room], cid_all))
+        return result
+
+    def __repr__(self) -> str:
+        return f"AllocateMachineRoomNearby(inner={self.inner!r})"
+
+
+_NEEDS_ARGUMENTS = {
+    "CONFIG": "AllocateMessageQueueByConfig(queues): the fixed list of queues this consumer takes",
+    "ALLOCATEMESSAGEQUEUEBYCONFIG": "AllocateMessageQueueByConfig(queues): the fixed list of queues",
+    "MACHINE_ROOM": "AllocateMessageQueueByMachineRoom(consume_rooms): the rooms whose brokers this group consumes",
+    "ALLOCATEMESSAGEQUEUEBYMACHINEROOM": "AllocateMessageQueueByMachineRoom(consume_rooms)",
+}
+
 _BY_NAME: dict[str, Callable[[], AllocateStrategy]] = {
+    "MACHINE_ROOM_NEARBY": AllocateMachineRoomNearby,
+    "ALLOCATEMACHINEROOMNEARBY": AllocateMachineRoomNearby,
     "AVG": AllocateMessageQueueAveragely,
     "AVERAGELY": AllocateMessageQueueAveragely,
     "ALLOCATEMESSAGEQUEUEAVERAGELY": AllocateMessageQueueAveragely,
@@ -163,15 +285,20 @@ _BY_NAME: dict[str, Callable[[], AllocateStrategy]] = {
 
 
 def resolve_strategy(strategy: AllocateStrategy | str | Callable | None) -> Callable:
-    """A strategy object, a name ('AVG', 'AVG_BY_CIRCLE', 'CONSISTENT_HASH' or the Java class name), a plain
+    """A strategy object, a name ('AVG', 'AVG_BY_CIRCLE', 'CONSISTENT_HASH', 'MACHINE_ROOM_NEARBY' or the Java class
+    name; CONFIG and MACHINE_ROOM need arguments, so pass their objects), a plain
     callable(group, cid, queues, cids), or None (the default, averagely)."""
     if strategy is None:
         return AllocateMessageQueueAveragely()
     if isinstance(strategy, str):
-        factory = _BY_NAME.get(strategy.strip().upper())
+        key = strategy.strip().upper()
+        if key in _NEEDS_ARGUMENTS:
+            raise ValueError(f"allocate strategy {strategy!r} needs arguments; pass {_NEEDS_ARGUMENTS[key]}")
+        factory = _BY_NAME.get(key)
         if factory is None:
             raise ValueError(
-                f"unknown allocate strategy {strategy!r}; use 'AVG', 'AVG_BY_CIRCLE' or 'CONSISTENT_HASH'"
+                f"unknown allocate strategy {strategy!r}; use 'AVG', 'AVG_BY_CIRCLE', 'CONSISTENT_HASH', "
+                f"'MACHINE_ROOM_NEARBY', or an AllocateMessageQueueByConfig / AllocateMessageQueueByMachineRoom object"
             )
         return factory()
     if callable(strategy):
