@@ -569,13 +569,16 @@ class ResendDlqMessageRequestHeader(Header):
     """Project extension RESEND_DLQ_MESSAGE (9001): re-send one dead message of ``%DLQ%<group>``.
 
     The message is named by ``offset`` (commit-log offset) or ``msgId`` (offset message id or UNIQ_KEY);
-    ``topic`` overrides the target (default: the record's RETRY_TOPIC), ``queueId`` < 0 picks one."""
+    The target is ``%RETRY%<group>`` by default (only that group consumes it again; RETRY_TOPIC keeps the original
+    topic), ``topic`` when given, or the original topic (RETRY_TOPIC) with ``toOriginalTopic=true``;
+    ``queueId`` < 0 picks one."""
 
     group = F("group", str, required=True)
     offset = F("offset", int64)
     msg_id = F("msgId", str)
     topic = F("topic", str)
     queue_id = F("queueId", int32, default=-1)
+    to_original_topic = F("toOriginalTopic", bool, default=False)
 
 
 class DeleteTopicFromNamesrvRequestHeader(Header):

@@ -197,7 +197,17 @@ class RetryProcessor(BrokerProcessor):
             which = header.offset if header.offset is not None else header.msg_id
             return cmd.make_response(ResponseCode.QUERY_NOT_FOUND, f"no message {which} in {dlq}")
         properties = dict(record.properties)
-        target = header.topic or properties.get(PROP_RETRY_TOPIC) or properties.get("REAL_TOPIC")
+        original = properties.get(PROP_RETRY_TOPIC) or properties.get("REAL_TOPIC")
+        to_retry = not header.topic and not header.to_original_topic
+        if to_retry:
+            # Default: only this group consumes it again, through its retry topic (the original topic would hand a
+            # duplicate to every other group subscribed to it).
+            target = retry_topic(header.group)
+            group_config = self.groups.find_or_create(header.group)
+            if group_config is not None and self.topics.get(target) is None:
+                self.topics.create_retry_topic(header.group, group_config.retry_queue_nums)
+        else:
+            target = header.topic or original
         if not target:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER,
                                      "the dead message names no original topic (RETRY_TOPIC); give 'topic'")
@@ -215,6 +225,8 @@ class RetryProcessor(BrokerProcessor):
                                      f"queueId[{queue_id}] is illegal, topic[{target}] has {queue_nums} queues")
         for key in RESEND_CLEARED_PROPERTIES:
             properties.pop(key, None)
+        if target == retry_topic(header.group) and original:
+            properties[PROP_RETRY_TOPIC] = original  # the consumer sees the topic the message was first sent to
         properties[PROP_CLUSTER] = self.config.broker_cluster_name
         message = _record_to_message(record, target, queue_id, properties, 0)
         return self._answer_resend(cmd, self._put(message), target, queue_id, message.uniq_key)

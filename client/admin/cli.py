@@ -180,12 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=1000)
 
     p = add("resendDlq", commands.resend_dlq,
-            "Re-send dead-letter messages of a group to their original topic and report what was sent")
+            "Re-send dead-letter messages of a group (to the group's own retry topic by default, so only that "
+            "group consumes them again) and report where each went")
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("-i", "--msgId", dest="msg_id", help="one dead message (message id or offset id)")
     which.add_argument("--all", action="store_true", help="every message in the group's DLQ")
-    p.add_argument("-t", "--topic", help="send to this topic instead of the original one")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("-t", "--to-topic", "--topic", dest="topic",
+                        help="send to this topic instead of %%RETRY%%<group>")
+    target.add_argument("--to-original-topic", dest="to_original", action="store_true",
+                        help="send to the topic each message was first sent to (every group of it gets it again)")
     p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=10_000)
     return parser
 

@@ -403,7 +403,8 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
         last: AdminError | None = None
         for name, addr in brokers.items():
             try:
-                result = await admin.resend_dlq_message(addr, args.group, msg_id=args.msg_id, topic=args.topic)
+                result = await admin.resend_dlq_message(addr, args.group, msg_id=args.msg_id, topic=args.topic,
+                                                        to_original_topic=args.to_original)
             except NotFoundError as exc:
                 last = exc
                 continue
@@ -417,7 +418,7 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
             dead_id = record.uniq_key or record.offset_msg_id
             try:
                 result = await admin.resend_dlq_message(addr, args.group, offset=record.physical_offset,
-                                                        topic=args.topic)
+                                                        topic=args.topic, to_original_topic=args.to_original)
             except (NotFoundError, RequestFailedError) as exc:
                 failed.append({"deadMsgId": dead_id, "brokerName": name, "error": str(exc)})
                 continue
@@ -425,9 +426,13 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
     if args.json:
         _out(args, {"group": args.group, "resent": sent, "failed": failed})
     else:
-        table(["#Dead Message ID", "#To Topic", "#QID", "#Queue Offset", "#New Offset Message ID"],
-              [(s["deadMsgId"], s.get("topic"), s.get("queueId"), s.get("queueOffset"), s.get("msgId")) for s in sent])
+        table(["#Dead Message ID", "#Sent To Topic", "#Broker", "#QID", "#Queue Offset", "#New Offset Message ID"],
+              [(s["deadMsgId"], s.get("topic"), s.get("brokerName"), s.get("queueId"), s.get("queueOffset"),
+                s.get("msgId")) for s in sent])
+        targets = sorted({str(s.get("topic")) for s in sent})
         print(f"\nre-sent {len(sent)} message(s) from {DLQ_PREFIX}{args.group}"
+              + (f" to {', '.join(targets)}" if targets else "")
+              + (" (only this group consumes them again)" if targets == [f"%RETRY%{args.group}"] else "")
               + (f"; {len(failed)} failed" if failed else ""))
         for f in failed:
             print(f"failed: {f['deadMsgId']} on {f['brokerName']}: {f['error']}", file=sys.stderr)

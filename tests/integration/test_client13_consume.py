@@ -397,3 +397,42 @@ async def test_push_consumer_of_a_group_the_broker_does_not_know_fails_to_start(
         await wait_for(lambda: received == [b"g1"], "the message once the group exists", 20)
     finally:
         await consumer.shutdown()
+
+
+# --------------------------------------------------------------------------------------------- resendDlq
+async def test_resend_dlq_reaches_only_the_dead_letter_group(retry_broker):
+    from .test_mqadmin import mqadmin
+
+    ns, topic = retry_broker.namesrv_addr, "C13Resend"
+    failing, other = "cg-c13-resend-a", "cg-c13-resend-b"
+    seen: dict[str, list[tuple[bytes, str, int]]] = {failing: [], other: []}
+
+    def listener_for(group):
+        async def listener(msgs, context):
+            seen[group].extend((m.body, m.topic, m.reconsume_times) for m in msgs)
+            if group == failing and len(seen[group]) == 1:
+                context.delay_level_when_next_consume = -1  # dead-lettered at once
+                return ConsumeResult.RECONSUME_LATER
+            return ConsumeResult.SUCCESS
+        return listener
+
+    consumers = [push_consumer(g, ns, topic, listener_for(g)) for g in (failing, other)]
+    await send_all(ns, topic, [b"dlq-1"])
+    for consumer in consumers:
+        await consumer.start()
+    try:
+        await wait_for(lambda: len(seen[other]) == 1 and len(seen[failing]) == 1, "one delivery to each group", 20)
+
+        async def dead():
+            return await read_queue(ns, failing, "%DLQ%" + failing)
+        await wait_for(dead, "the dead letter", 20)
+        result = await asyncio.to_thread(mqadmin, ns, "resendDlq", "-g", failing, "--all")
+        assert result.returncode == 0, result.stderr
+        assert f"to %RETRY%{failing}" in result.stdout
+        await wait_for(lambda: len(seen[failing]) == 2, "the dead letter back in its group", 20)
+        await asyncio.sleep(1.0)
+    finally:
+        for consumer in consumers:
+            await consumer.shutdown()
+    assert seen[failing][1] == (b"dlq-1", topic, 0)  # seen on its original topic, with a full retry budget
+    assert seen[other] == [(b"dlq-1", topic, 0)]  # the other group got no duplicate

@@ -160,13 +160,20 @@ async def test_dead_letter_list_and_resend(shared_broker):
     human = mqadmin(ns, "dlqList", "-g", "AdminDlqGroup")
     assert "2 dead message(s)" in human.stdout
 
-    one = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[0]["uniq"])
+    one = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[0]["uniq"], "--to-original-topic")
     assert [(r["deadMsgId"], r["topic"]) for r in one["resent"]] == [(acks[0]["uniq"], "AdminDlqSrc")]
-    everything = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all")
+    everything = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all", "--to-original-topic")
     assert everything.returncode == 0, everything.stderr
     assert "re-sent 2 message(s)" in everything.stdout and acks[1]["uniq"] in everything.stdout
+    to_retry = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"])
+    assert to_retry.returncode == 0, to_retry.stderr
+    assert "to %RETRY%AdminDlqGroup (only this group consumes them again)" in to_retry.stdout
+    retried = [m["body"] for m in ok_json(ns, "printMsg", "-t", "%RETRY%AdminDlqGroup")]
+    assert retried == ["body-1"]
+    elsewhere = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"], "--to-topic", "AdminDlqSrc")
+    assert [r["topic"] for r in elsewhere["resent"]] == ["AdminDlqSrc"]
     bodies = [m["body"] for m in ok_json(ns, "printMsg", "-t", "AdminDlqSrc")]
-    assert sorted(bodies) == ["body-0", "body-0", "body-0", "body-1", "body-1"]
+    assert sorted(bodies) == ["body-0", "body-0", "body-0", "body-1", "body-1", "body-1"]
 
     assert mqadmin(ns, "dlqList", "-g", "NoDeadLetters").returncode == 4
     missing = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", "NOSUCHID")

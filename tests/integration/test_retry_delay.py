@@ -150,7 +150,14 @@ async def test_negative_delay_level_goes_straight_to_dlq_and_resend_restores(cli
     # not in this group's DLQ -> not found
     missing = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": "otherGroup", "msgId": uniq})
     assert missing.code == R.QUERY_NOT_FOUND
-    resent = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": uniq, "queueId": "3"})
+    to_retry = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": uniq})
+    assert to_retry.code == 0, to_retry.remark
+    assert to_retry.ext_fields["topic"] == f"%RETRY%{group}"  # the default: only this group gets it again
+    (retried,) = await pull_all(client, f"%RETRY%{group}", group)
+    assert retried.uniq_key == uniq and retried.reconsume_times == 0
+    assert retried.properties["RETRY_TOPIC"] == "DlqDirectTopic"
+    resent = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": uniq, "queueId": "3",
+                                                          "toOriginalTopic": "true"})
     assert resent.code == 0, resent.remark
     assert resent.ext_fields["topic"] == "DlqDirectTopic" and resent.ext_fields["queueId"] == "3"
     assert resent.ext_fields["uniqKey"] == uniq
