@@ -37,6 +37,7 @@ from collections.abc import Callable
 from client.allocate import AllocateStrategy, resolve_strategy, sort_queues
 from client.consume_orderly import ConsumeOrderlyService
 from client.consume_service import RETRY_PREFIX, ConsumeService, Listener
+from client.consumer_introspection import consume_message_directly, running_info
 from client.consumer_ops import ConsumerOps
 from client.credentials import Credentials
 from client.errors import MQBrokerError, MQClientError
@@ -165,6 +166,7 @@ class PushConsumer:
         self._started = False
         self._stopping = False
         self._group_missing_reported = False
+        self.start_timestamp_ms = 0
 
     @property
     def client_id(self) -> str:
@@ -246,6 +248,7 @@ class PushConsumer:
             raise MQClientError("subscribe to at least one topic before starting the push consumer")
         self._rebalance_now = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
+        self.start_timestamp_ms = int(time.time() * 1000)
         self.offset_store = self._make_offset_store()
         await self.offset_store.load()
         if self.orderly:
@@ -357,6 +360,10 @@ class PushConsumer:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self._trigger_rebalance()
             return None if cmd.flag & 2 else cmd.make_response(ResponseCode.SUCCESS)
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return cmd.make_response(ResponseCode.SUCCESS, None, None, running_info(self).encode())
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return consume_message_directly(self, cmd)
         return None
 
     def _trigger_rebalance(self) -> None:

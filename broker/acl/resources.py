@@ -20,11 +20,12 @@ Needs = list[tuple[str, int]]  # (resource, PUB or SUB); groups as "%RETRY%<grou
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
-# Admin-only on the broker: the reference's five, plus this project's RESEND_DLQ_MESSAGE (writes into any topic).
+# Admin-only on the broker: the reference's five, plus this project's RESEND_DLQ_MESSAGE (writes into any topic) and
+# CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message).
 ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
-    RequestCode.RESEND_DLQ_MESSAGE,
+    RequestCode.RESEND_DLQ_MESSAGE, RequestCode.CONSUME_MESSAGE_DIRECTLY,
 })
 
 # Name-server codes that change routes or name-server state: only an admin account's signed request may use them

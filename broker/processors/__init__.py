@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 def build_processors(broker: "Broker") -> dict[str, Any]:
     """Instantiate every processor for `broker` (name -> processor)."""
     from broker.processors.admin import AdminProcessor
+    from broker.processors.client_call import ClientCallProcessor
     from broker.processors.client_manage import ClientManageProcessor
     from broker.processors.consumer_offset import ConsumerOffsetProcessor
     from broker.processors.lock import LockProcessor
@@ -28,6 +29,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
         "retry": RetryProcessor(broker),
         "lock": LockProcessor(broker),
         "admin": AdminProcessor(broker),
+        "client_call": ClientCallProcessor(broker),
     }
 
 

@@ -17,6 +17,7 @@ from client.errors import RemotingClosedError, RemotingConnectError, RemotingErr
 from client.remoting import RemotingClient
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, TopicStatsTable
 from protocol.bodies import ClusterInfo, TopicList, TopicRouteData
+from protocol.consumer_info_bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -218,6 +219,23 @@ class AdminClient:
         resp = self.check(await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}),
                           f"connections of group {group} on {addr}")
         return ConsumerConnection.decode(resp.body)
+
+    async def consumer_running_info(self, addr: str, group: str, client_id: str) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO, relayed by the broker at addr to the client."""
+        resp = self.check(await self.invoke(addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                                            {"consumerGroup": group, "clientId": client_id, "jstackEnable": False}),
+                          f"running info of consumer {client_id} of group {group} via {addr}")
+        return ConsumerRunningInfo.decode(resp.body)
+
+    async def consume_message_directly(self, addr: str, group: str, client_id: str, msg_id: str,
+                                       topic: str | None = None) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY: the broker at addr (which stores the message) hands the message with offset
+        message id msg_id to the client, whose listener consumes it; returns what the listener did."""
+        resp = self.check(await self.invoke(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                                            {"consumerGroup": group, "clientId": client_id, "msgId": msg_id,
+                                             "topic": topic}),
+                          f"direct consumption of {msg_id} by consumer {client_id} of group {group} via {addr}")
+        return ConsumeMessageDirectlyResult.decode(resp.body)
 
     async def subscription_groups(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
         resp = self.check(await self.invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
-from client.admin import commands
+from client.admin import commands, consumer_commands
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 from client.remoting import tls_context
 
@@ -145,6 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("consumerConnection", commands.consumer_connection, "Clients and subscriptions of an online consumer group")
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+
+    p = add("consumerStatus", consumer_commands.consumer_status,
+            "Running state of an online group's consumers: settings, subscriptions, queues and offsets")
+    p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+    p.add_argument("-i", "--clientId", dest="client_id", help="one consumer (default: every online one)")
+    p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="ask through this broker")
+
+    p = add("consumeMessage", consumer_commands.consume_message,
+            "Have one online consumer's listener consume a stored message now (not through its queue)")
+    p.add_argument("-g", "--consumerGroup", dest="group", required=True)
+    p.add_argument("-i", "--clientId", dest="client_id", required=True)
+    p.add_argument("-m", "--msgId", dest="msg_id", required=True, help="the message's offset message id")
+    p.add_argument("-t", "--topic", help="the message's topic (informational)")
+    p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="broker storing it (default: from the msgId)")
 
     p = add("queryMsgById", commands.query_msg_by_id, "Show a message by offset message id or message id (UNIQ_KEY)")
     p.add_argument("-i", "--msgId", dest="msg_id", required=True)
