@@ -25,6 +25,8 @@ from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
 from broker.metrics import BrokerMetrics
 from broker.processors import build_dispatch_table, build_processors
+from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from broker.transaction.service import TransactionService, TransactionSettings
 from broker.remoting_server import RemotingServer
 from broker.tls import TlsSettings
 from broker.schedule.service import ScheduleMessageService
@@ -56,6 +58,12 @@ class Broker:
         self.producer_manager = ProducerManager()
         self.rebalance_lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
+        self.transaction_service = TransactionService(
+            self.store, self.consumer_offset_manager,
+            TransactionSettings(config.transaction_time_out, config.transaction_check_interval,
+                                config.transaction_check_max, float(config.file_reserved_time)),
+            store_host=self.store_host, broker_name=config.broker_name,
+            producer_channel=self.producer_manager.find_channel)
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.boot_timestamp_ms = int(time.time() * 1000)
@@ -127,9 +135,13 @@ class Broker:
         self.metrics.attach_store(self.store)
         await self.store.start()
         self._started = True
+        self.transaction_service.load()  # decisions, also on a slave (it may become the master's copy)
         if cfg.is_master:
             self.schedule_service.load()
             await self.schedule_service.start()
+            for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
+                self.topic_config_manager.create_topic_if_absent(topic, 1)
+            self.transaction_service.start()
 
         from broker.namesrv.registrar import BrokerRegistrar
 
@@ -201,6 +213,7 @@ class Broker:
             await self.schedule_service.stop()
         except Exception:
             log.exception("stopping the schedule service failed")
+        await self.transaction_service.stop()
         if self.registrar is not None:
             try:
                 await asyncio.wait_for(self.registrar.close(), 3.0)

@@ -176,7 +176,8 @@ class BrokerConfig:
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
-    transaction_check_interval: int = 30_000
+    transaction_check_interval: int = 60_000
+    reject_transaction_message: bool = False
 
     def __post_init__(self) -> None:
         self._normalize_and_check()
@@ -322,6 +323,9 @@ class BrokerConfig:
             "flush_consumer_offset_interval",
             "short_polling_time_mills",
             "max_pull_suspend_time_millis",
+            "transaction_time_out",
+            "transaction_check_interval",
+            "transaction_check_max",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])

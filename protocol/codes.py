@@ -136,6 +136,7 @@ class RequestCode(enum.IntEnum):
     SET_MESSAGE_REQUEST_MODE = 401
     # Project extensions (no RocketMQ equivalent): 9000+
     RESEND_DLQ_MESSAGE = 9001  # re-send a %DLQ%<group> record to its original topic (ResendDlqMessageRequestHeader)
+    GET_PENDING_TRANSACTIONS = 9002  # open half messages per topic and producer group, transaction counters
 
 
 class ResponseCode(enum.IntEnum):

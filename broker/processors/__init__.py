@@ -19,6 +19,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
     from broker.processors.query import QueryProcessor
     from broker.processors.retry import RetryProcessor
     from broker.processors.send import SendProcessor
+    from broker.processors.transaction import TransactionProcessor
 
     return {
         "send": SendProcessor(broker),
@@ -30,6 +31,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
         "lock": LockProcessor(broker),
         "admin": AdminProcessor(broker),
         "client_call": ClientCallProcessor(broker),
+        "transaction": TransactionProcessor(broker),
     }
 
 

@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from broker.schedule.delay import to_schedule_topic
-from broker.store.types import MessageToStore, PutResult
+from broker.store.types import MessageToStore, PutResult, message_from_record
 from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.hashing import tags_code
 from protocol.headers import ConsumerSendMsgBackRequestHeader, ResendDlqMessageRequestHeader
-from protocol.ids import decode_offset_msg_id, pack_host
+from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record
-from protocol.properties import encode_properties
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -42,25 +40,6 @@ PROP_CLUSTER = "CLUSTER"
 RESEND_CLEARED_PROPERTIES = ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DELAY", "REAL_TOPIC", "REAL_QID",
                              "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
                              "TIMER_DELAY_MS")
-
-
-def _record_to_message(record: MessageRecord, topic: str, queue_id: int, properties: dict[str, str],
-                       reconsume_times: int) -> MessageToStore:
-    born_ip, born_port = record.born_host
-    return MessageToStore(
-        topic=topic,
-        queue_id=queue_id,
-        flag=record.flag,
-        sys_flag=record.sys_flag,
-        born_timestamp=record.born_timestamp,
-        born_host=pack_host(born_ip, born_port),
-        reconsume_times=reconsume_times,
-        body=bytes(record.body),
-        properties=encode_properties(properties),
-        tags_code=tags_code(properties.get("TAGS")),
-        keys=properties.get("KEYS"),
-        uniq_key=properties.get("UNIQ_KEY"),
-    )
 
 
 class RetryProcessor(BrokerProcessor):
@@ -143,7 +122,7 @@ class RetryProcessor(BrokerProcessor):
         if not properties.get(PROP_ORIGIN_MESSAGE_ID):
             properties[PROP_ORIGIN_MESSAGE_ID] = record.offset_msg_id
         properties[PROP_CLUSTER] = self.config.broker_cluster_name
-        message = _record_to_message(record, topic, queue_id, properties, record.reconsume_times + 1)
+        message = message_from_record(record, topic, queue_id, properties, record.reconsume_times + 1)
         to_schedule_topic(message, properties, self.schedule.max_level)
         return self._answer_send_back(cmd, self._put(message))
 
@@ -228,7 +207,7 @@ class RetryProcessor(BrokerProcessor):
         if target == retry_topic(header.group) and original:
             properties[PROP_RETRY_TOPIC] = original  # the consumer sees the topic the message was first sent to
         properties[PROP_CLUSTER] = self.config.broker_cluster_name
-        message = _record_to_message(record, target, queue_id, properties, 0)
+        message = message_from_record(record, target, queue_id, properties, 0)
         return self._answer_resend(cmd, self._put(message), target, queue_id, message.uniq_key)
 
     async def _answer_resend(self, cmd: RemotingCommand, put, topic: str, queue_id: int, uniq_key: str | None

@@ -23,7 +23,7 @@ from protocol.command import RemotingCommand, ResponseTemplate
 from protocol.hashing import tags_code
 from protocol.headers import SendMessageRequestHeader
 from protocol.ids import UniqKeyGenerator, pack_host
-from protocol.message import MULTI_TAGS_FLAG, RecordError, iter_batch_entries
+from protocol.message import MULTI_TAGS_FLAG, TRANSACTION_TYPE_MASK, RecordError, iter_batch_entries
 from protocol.properties import (
     MAX_PROPERTIES_BYTES,
     decode_properties,
@@ -31,6 +31,7 @@ from protocol.properties import (
     match_producer_layout,
 )
 from broker.processors.base import BrokerProcessor
+from broker.transaction.half import is_half_send, to_half
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -271,6 +272,9 @@ class SendProcessor(BrokerProcessor):
                                f"the message properties size {_utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
 
         sys_flag = header.sys_flag or 0
+        half = "TRAN_MSG" in props and is_half_send(props, reconsume_times)
+        if sys_flag & TRANSACTION_TYPE_MASK and not half:
+            sys_flag &= ~TRANSACTION_TYPE_MASK  # a stray PREPARED bit must not hide a plain message (pitfall 1)
         if topic_config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
         message = MessageToStore(
@@ -287,7 +291,12 @@ class SendProcessor(BrokerProcessor):
             keys=props.get(PROP_KEYS),
             uniq_key=uniq_key,
         )
-        if "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
+        if half:  # transactions.md §2: stored in the half queue, invisible until END_TRANSACTION commits it
+            if self.config.reject_transaction_message:
+                return self._error(cmd, ResponseCode.NO_PERMISSION,
+                                   f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
+            to_half(message, props)
+        elif "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
             to_schedule_topic(message, props, self.broker.schedule_service.max_level)
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
@@ -311,6 +320,8 @@ class SendProcessor(BrokerProcessor):
             return error
         queue_id = self._pick_queue(header, topic_config)
         sys_flag = header.sys_flag or 0
+        if sys_flag & TRANSACTION_TYPE_MASK:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
         if topic_config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
         template = MessageToStore(topic, queue_id, 0, sys_flag, header.born_timestamp or 0, self._born_host(channel),

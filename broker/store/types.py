@@ -6,7 +6,10 @@ import enum
 import os
 from dataclasses import dataclass, field
 
-from protocol.ids import offset_msg_ids
+from protocol.hashing import tags_code
+from protocol.ids import offset_msg_ids, pack_host
+from protocol.message import MessageRecord
+from protocol.properties import encode_properties
 
 from .delay_levels import parse_delay_levels
 
@@ -84,6 +87,29 @@ class MessageToStore:
         """The encoded properties as text, whichever form the message carries."""
         raw = self.properties_bytes
         return self.properties if raw is None else raw.decode("utf-8", "replace")
+
+
+def message_from_record(record: MessageRecord, topic: str, queue_id: int, properties: dict[str, str],
+                        reconsume_times: int, sys_flag: int | None = None,
+                        prepared_transaction_offset: int = 0) -> MessageToStore:
+    """A stored record written again elsewhere (retry, dead letter, resend, transaction commit): same body, flag,
+    born time and host; the given topic, queue and properties (tagsCode recomputed from their TAGS)."""
+    born_ip, born_port = record.born_host
+    return MessageToStore(
+        topic=topic,
+        queue_id=queue_id,
+        flag=record.flag,
+        sys_flag=record.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=record.born_timestamp,
+        born_host=pack_host(born_ip, born_port),
+        reconsume_times=reconsume_times,
+        body=bytes(record.body),
+        properties=encode_properties(properties),
+        tags_code=tags_code(properties.get("TAGS")),
+        keys=properties.get("KEYS"),
+        uniq_key=properties.get("UNIQ_KEY"),
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
 
 
 class PutStatus(enum.Enum):

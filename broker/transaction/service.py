@@ -1,0 +1,318 @@
+"""Transaction state of the broker: decisions (END_TRANSACTION) and the check-back service.
+
+Everything durable is store data, as in the reference broker: half records, op records, and the check service's
+progress as consumer offsets of CID_RMQ_SYS_TRANS, so open transactions and decisions survive a restart or kill -9.
+In memory the service keeps the set of settled half-queue offsets (rebuilt from the op queue at start), which makes a
+second COMMIT/ROLLBACK of the same transaction an error instead of a second copy (the reference publishes it twice).
+
+The check run (every transactionCheckInterval ms) walks the half queue from its saved progress: settled records are
+skipped; an open one younger than transactionTimeOut (or its CHECK_IMMUNITY_TIME_IN_SECONDS) stops the run (or, with
+an immunity, is copied forward to keep it in view); an older one is copied with TRANSACTION_CHECK_TIMES + 1 and the
+producer group is asked about the copy (CHECK_TRANSACTION_STATE, one-way); one checked transactionCheckMax times, or
+older than fileReservedTime, goes to TRANS_CHECK_MAX_TIME_TOPIC. A run yields to the event loop every few records and
+stops after a bounded time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from broker.store.types import MessageToStore, PutResult
+from broker.transaction.half import (
+    CHECK_MAX_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    PROP_CHECK_TIMES,
+    PROP_IMMUNITY,
+    PROP_PGROUP,
+    PROP_REAL_TOPIC,
+    SYSTEM_GROUP,
+    check_copy,
+    check_request,
+    committed_message,
+    given_up_message,
+    op_message,
+    parse_op_body,
+    root_offset,
+)
+from protocol.codes import ResponseCode
+from protocol.message import RecordError, MessageRecord, decode_record, iter_records
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TransactionService", "TransactionSettings", "COMMIT", "ROLLBACK", "UNKNOWN"]
+
+UNKNOWN, COMMIT, ROLLBACK = 0, 8, 12
+_READ_BATCH = 32
+_RUN_TIME_LIMIT_S = 60.0  # the reference gives up on a queue after 60 s and goes on next time
+
+
+class _Store(Protocol):
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int, *args: Any, **kwargs: Any) -> Any: ...
+    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
+    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
+    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> bytes | None: ...
+    async def put_message(self, msg: MessageToStore) -> PutResult: ...
+
+
+class _Offsets(Protocol):
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, client_host: str | None = None
+                      ) -> None: ...
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...
+
+
+@dataclass
+class TransactionSettings:
+    timeout_ms: int = 6000
+    check_interval_ms: int = 60_000
+    check_max: int = 15
+    file_reserved_hours: float = 72.0
+
+
+class TransactionService:
+    def __init__(self, store: _Store, offsets: _Offsets, settings: TransactionSettings, *, store_host: bytes,
+                 broker_name: str, producer_channel: Callable[[str], Any | None]) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.settings = settings
+        self.store_host = store_host
+        self.broker_name = broker_name
+        self.producer_channel = producer_channel
+        self.settled: set[int] = set()  # half-queue offsets an op record settles
+        self._settling: set[int] = set()  # decisions being written right now
+        self.counters = {"commits": 0, "rollbacks": 0, "checks": 0, "discards": 0}
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+
+    # ------------------------------------------------------------------ start-up
+    def load(self) -> None:
+        """Rebuild the settled set from the op queue (op records live as long as the commit log keeps them)."""
+        offset = self.store.get_min_offset(OP_TOPIC, 0)
+        end = self.store.get_max_offset(OP_TOPIC, 0)
+        while offset < end:
+            records, offset = self._read(OP_TOPIC, offset, 256)
+            if not records:
+                break
+            for record in records:
+                self.settled.update(parse_op_body(record.body))
+
+    # ------------------------------------------------------------------ reading
+    def _read(self, topic: str, offset: int, max_nums: int) -> tuple[list[MessageRecord], int]:
+        result = self.store.get_messages(topic, 0, offset, max_nums)
+        records: list[MessageRecord] = []
+        for buffer in result.buffers:
+            try:
+                records.extend(iter_records(bytes(buffer)))
+            except RecordError as exc:
+                log.warning("unreadable record in %s at offset %d: %s", topic, offset, exc)
+        next_offset = result.next_begin_offset if result.next_begin_offset > offset else offset + max(1, len(records))
+        return records, next_offset
+
+    def look(self, commit_log_offset: int) -> MessageRecord | None:
+        if commit_log_offset < 0:
+            return None
+        try:
+            raw = self.store.look_message_by_offset(commit_log_offset)
+            return decode_record(raw) if raw else None
+        except (RecordError, ValueError, IndexError):
+            return None
+
+    def is_settled(self, record: MessageRecord) -> bool:
+        return record.queue_offset in self.settled or root_offset(record) in self.settled
+
+    # ------------------------------------------------------------------ END_TRANSACTION
+    async def end_transaction(self, group: str, table_offset: int, commit_log_offset: int, decision: int,
+                              from_check: bool) -> tuple[int, str | None]:
+        """COMMIT or ROLLBACK the half record the producer names; (response code, remark)."""
+        half = self.look(commit_log_offset)
+        if half is None:
+            return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+        if half.topic != HALF_TOPIC:
+            return ResponseCode.SYSTEM_ERROR, (f"Find prepared transaction message failed: the record at "
+                                               f"commitLogOffset {commit_log_offset} is not a half message")
+        if half.properties.get(PROP_PGROUP) != group:
+            return ResponseCode.SYSTEM_ERROR, "The producer group wrong"
+        if half.queue_offset != table_offset:
+            return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
+        if half.physical_offset != commit_log_offset:
+            return ResponseCode.SYSTEM_ERROR, "The commit log offset wrong"
+        root = root_offset(half)
+        keys = {half.queue_offset, root}
+        if keys & self.settled or keys & self._settling:
+            return ResponseCode.SYSTEM_ERROR, (f"The transaction of message {half.properties.get('UNIQ_KEY')} "
+                                               f"(half offset {half.queue_offset}) is already committed or rolled "
+                                               "back; nothing changed")
+        self._settling |= keys
+        try:
+            if decision == COMMIT:
+                result = await self.store.put_message(committed_message(half))
+                if not result.ok:
+                    return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}"
+            settled = sorted(keys, reverse=True)
+            op = op_message(settled, self.store_host, int(time.time() * 1000),
+                            {"UNIQ_KEY": half.properties.get("UNIQ_KEY") or "", PROP_PGROUP: group})
+            result = await self.store.put_message(op)
+            if not result.ok:
+                log.error("writing the op record of half offset %d failed (%s); the transaction stays open and "
+                          "will be checked", half.queue_offset, result.status.name)
+                return ResponseCode.SYSTEM_ERROR, f"recording the decision failed: {result.status.name}"
+            self.settled |= keys
+            self.counters["commits" if decision == COMMIT else "rollbacks"] += 1
+        finally:
+            self._settling -= keys
+        return ResponseCode.SUCCESS, None
+
+    # ------------------------------------------------------------------ check service
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run_forever(), name="transaction-check")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run_forever(self) -> None:
+        interval = self.settings.check_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.check_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction check run failed")
+
+    def progress(self) -> int:
+        saved = self.offsets.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0)
+        low = self.store.get_min_offset(HALF_TOPIC, 0)
+        return max(saved, low) if saved >= 0 else low
+
+    async def check_once(self) -> int:
+        """One run over the half queue; returns how many checks were sent."""
+        settings = self.settings
+        started = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        reserved_ms = settings.file_reserved_hours * 3600 * 1000
+        offset = self.progress()
+        end = self.store.get_max_offset(HALF_TOPIC, 0)  # copies appended by this run are not walked
+        checks = 0
+        while offset < end and time.monotonic() - started < _RUN_TIME_LIMIT_S:
+            records, next_offset = self._read(HALF_TOPIC, offset, min(_READ_BATCH, end - offset))
+            stop = False
+            for record in records:
+                if record.queue_offset >= end:
+                    stop = True
+                    break
+                verdict = await self._handle(record, now_ms, reserved_ms)
+                if verdict == "stop":
+                    stop = True
+                    break
+                if verdict == "checked":
+                    checks += 1
+                offset = record.queue_offset + 1
+            else:
+                if not records:
+                    offset = next_offset  # a gap (removed file): move on
+            self.offsets.commit_offset(SYSTEM_GROUP, HALF_TOPIC, 0, offset)
+            if stop:
+                break
+            await asyncio.sleep(0)  # let requests through between batches
+        self._trim_settled(offset)
+        return checks
+
+    async def _handle(self, record: MessageRecord, now_ms: int, reserved_ms: float) -> str:
+        if self.is_settled(record):
+            return "settled"
+        props = record.properties
+        try:
+            times = int(props.get(PROP_CHECK_TIMES, "0") or 0)
+        except ValueError:
+            times = 0
+        if times >= self.settings.check_max or now_ms - record.born_timestamp > reserved_ms:
+            await self._give_up(record, times)
+            return "given up"
+        age = now_ms - record.born_timestamp
+        immunity_raw = props.get(PROP_IMMUNITY)
+        immunity = self.settings.timeout_ms
+        if immunity_raw:
+            try:
+                immunity = int(immunity_raw) * 1000
+            except ValueError:
+                pass
+        if 0 <= age < immunity:
+            if not immunity_raw:
+                return "stop"  # everything behind it is younger: wait for the next run
+            copy = await self._append(check_copy(record, None))  # immune: keep it in view, check it later
+            return "deferred" if copy is not None else "stop"
+        copy = await self._append(check_copy(record, times + 1))
+        if copy is None:
+            return "stop"
+        self.counters["checks"] += 1
+        self._send_check(copy)
+        return "checked"
+
+    async def _append(self, message: MessageToStore) -> MessageRecord | None:
+        result = await self.store.put_message(message)
+        if not result.ok:
+            log.warning("transaction check: appending to %s failed (%s); trying again next run", message.topic,
+                        result.status.name)
+            return None
+        return self.look(result.physical_offset)
+
+    def _send_check(self, copy: MessageRecord) -> None:
+        group = copy.properties.get(PROP_PGROUP)
+        channel = self.producer_channel(group) if group else None
+        if channel is None:
+            log.warning("transaction check of %s: no producer of group %s is connected; checked again next run "
+                        "(it counts)", copy.properties.get("UNIQ_KEY"), group)
+            return
+        try:
+            channel.send_oneway(check_request(copy, self.store_host, self.broker_name))
+        except Exception as exc:
+            log.warning("sending the transaction check to %s failed: %s", getattr(channel, "remote_addr", "?"), exc)
+
+    async def _give_up(self, record: MessageRecord, times: int) -> None:
+        result = await self.store.put_message(given_up_message(record))
+        if result.ok:
+            self.counters["discards"] += 1
+            log.warning("transaction %s of group %s given up after %d check(s); kept in %s, never published",
+                        record.properties.get("UNIQ_KEY"), record.properties.get(PROP_PGROUP), times,
+                        CHECK_MAX_TOPIC)
+
+    def _trim_settled(self, progress: int) -> None:
+        """Settled offsets below the progress are only needed for copies naming them: keep a bounded tail."""
+        if len(self.settled) > 1_000_000:
+            floor = progress - 1_000_000
+            self.settled = {o for o in self.settled if o >= floor}
+
+    # ------------------------------------------------------------------ operations
+    def pending(self, limit_records: int = 100_000) -> list[dict]:
+        """Open half messages per real topic and producer group: count and oldest born time."""
+        by_key: dict[tuple[str, str], dict] = {}
+        offset = self.progress()
+        end = self.store.get_max_offset(HALF_TOPIC, 0)
+        seen_roots: set[int] = set()
+        walked = 0
+        while offset < end and walked < limit_records:
+            records, offset = self._read(HALF_TOPIC, offset, 256)
+            if not records:
+                continue
+            for record in records:
+                walked += 1
+                root = root_offset(record)
+                if self.is_settled(record) or root in seen_roots:
+                    continue
+                seen_roots.add(root)
+                key = (record.properties.get(PROP_REAL_TOPIC, "?"), record.properties.get(PROP_PGROUP, "?"))
+                entry = by_key.setdefault(key, {"topic": key[0], "producerGroup": key[1], "count": 0,
+                                                "oldestBornTimestamp": record.born_timestamp})
+                entry["count"] += 1
+                entry["oldestBornTimestamp"] = min(entry["oldestBornTimestamp"], record.born_timestamp)
+        return sorted(by_key.values(), key=lambda e: (e["topic"], e["producerGroup"]))
