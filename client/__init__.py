@@ -44,10 +44,14 @@ from client.message import (
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
+from client.transaction_producer import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
     "Credentials",
     "Producer",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "LocalTransactionState",
     "PullConsumer",
     "PushConsumer",
     "Message",

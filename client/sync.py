@@ -22,8 +22,11 @@ from client import message as _message
 from client.producer import Producer as AsyncProducer
 from client.pull_consumer import PullConsumer as AsyncPullConsumer
 from client.push_consumer import PushConsumer as AsyncPushConsumer
+from client.transaction_producer import LocalTransactionState, TransactionSendResult
+from client.transaction_producer import TransactionProducer as AsyncTransactionProducer
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer", "Message", "MessageSelector", "ConsumeResult"]
+__all__ = ["Producer", "TransactionProducer", "PullConsumer", "PushConsumer", "Message", "MessageSelector",
+           "ConsumeResult", "LocalTransactionState"]
 
 Message = _message.Message
 MessageSelector = _message.MessageSelector
@@ -121,6 +124,16 @@ class Producer(_Facade):
 
     def fetch_publish_message_queues(self, topic: str) -> list[_message.MessageQueue]:
         return self._call(self._client.fetch_publish_message_queues(topic))
+
+
+class TransactionProducer(Producer):
+    """Blocking client.TransactionProducer: the local transaction and the check listener are plain functions (run
+    in the producer's thread pool), or coroutine functions."""
+
+    _async_cls = AsyncTransactionProducer
+
+    def send_in_transaction(self, msg: _message.Message, arg: Any = None, **kwargs) -> TransactionSendResult:
+        return self._call(self._client.send_in_transaction(msg, arg, **kwargs))
 
 
 class PullConsumer(_Facade):
