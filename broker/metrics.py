@@ -450,6 +450,7 @@ class _BrokerCollector:
         yield rejected
         yield from self._consumers(broker)
         yield from self._store(broker)
+        yield from self._transactions(broker)
         connections = GaugeMetricFamily("rocketmq_connections", "Open client connections")
         connections.add_metric([], sum(len(server.channels) for server in broker.servers))
         yield connections
@@ -499,6 +500,22 @@ class _BrokerCollector:
         for group, info in sorted(broker.consumer_manager.groups.items()):
             clients.add_metric([group], len(info.clients))
         yield clients
+
+    @staticmethod
+    def _transactions(broker: "Broker") -> Iterator[Any]:
+        service = broker.transaction_service
+        outcomes = CounterMetricFamily("rocketmq_transactions", "Transaction decisions and checks since start: "
+                                       "commit, rollback, check (sent), discard (given up after "
+                                       "transactionCheckMax)", labels=["outcome"])
+        for name, key in (("commit", "commits"), ("rollback", "rollbacks"), ("check", "checks"),
+                          ("discard", "discards")):
+            outcomes.add_metric([name], service.counters[key])
+        yield outcomes
+        behind = GaugeMetricFamily("rocketmq_transaction_half_unchecked", "Half-queue records the check service "
+                                   "has not passed yet (open transactions and their checked copies)")
+        behind.add_metric([], max(0, broker.store.get_max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0)
+                                  - service.progress()))
+        yield behind
 
     @staticmethod
     def _store(broker: "Broker") -> Iterator[Any]:

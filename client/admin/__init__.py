@@ -7,6 +7,7 @@ Every method raises an `AdminError` subclass with an operator-readable message:
 
 from __future__ import annotations
 
+import json
 import ssl
 import time
 from dataclasses import dataclass
@@ -236,6 +237,14 @@ class AdminClient:
                                              "topic": topic}),
                           f"direct consumption of {msg_id} by consumer {client_id} of group {group} via {addr}")
         return ConsumeMessageDirectlyResult.decode(resp.body)
+
+    async def pending_transactions(self, addr: str) -> dict[str, Any]:
+        """GET_PENDING_TRANSACTIONS (project extension 9002): open half messages per topic and producer group
+        ({"pending": [{"topic", "producerGroup", "count", "oldestBornTimestamp"}], "counters": {...}})."""
+        resp = self.check(await self.invoke(addr, RequestCode.GET_PENDING_TRANSACTIONS),
+                          f"pending transactions on {addr}")
+        data = json.loads(resp.body or b"{}")
+        return data if isinstance(data, dict) else {}
 
     async def subscription_groups(self, addr: str) -> dict[str, SubscriptionGroupConfig]:
         resp = self.check(await self.invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),

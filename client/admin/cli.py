@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
-from client.admin import commands, consumer_commands
+from client.admin import commands, consumer_commands, transaction_commands
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 from client.remoting import tls_context
 
@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)
     p.add_argument("-i", "--clientId", dest="client_id", help="one consumer (default: every online one)")
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="ask through this broker")
+
+    p = add("transactionStatus", transaction_commands.transaction_status,
+            "Open (undecided) transactional messages per topic and producer group, and decision counters")
+    p.add_argument("-t", "--topic", help="only this topic")
+    p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="one broker (default: every master)")
+    p.add_argument("-c", "--clusterName", dest="cluster", help="the masters of this cluster")
 
     p = add("consumeMessage", consumer_commands.consume_message,
             "Have one online consumer's listener consume a stored message now (not through its queue)")

@@ -214,3 +214,35 @@ async def test_open_and_decided_transactions_survive_a_restart(broker_factory, h
             [committed.body, open_by_check.body, open_by_send.body])
         await asyncio.sleep(0.5)
         assert len(await visible(producer, "TxRestart")) == 3
+
+
+async def test_operators_see_open_transactions_and_counters(broker_factory):
+    import json
+
+    from conftest import free_port
+
+    from .test_metrics import scrape
+    from .test_mqadmin import mqadmin
+
+    port = free_port()
+    broker = broker_factory("broker-tx-ops", extra={"transactionCheckInterval": 60000, "metricsPort": port})
+    async with await WireClient.connect(broker.addr) as client:
+        done = await half_send(client, "TxOps", b"decided")
+        assert (await client.request(RC.END_TRANSACTION, end_fields(done, 8))).code == 0
+        rolled = await half_send(client, "TxOps", b"rolled")
+        assert (await client.request(RC.END_TRANSACTION, end_fields(rolled, 12))).code == 0
+        for i in range(3):
+            await half_send(client, "TxOps", b"open-%d" % i)
+        await half_send(client, "TxOther", b"open elsewhere", group="tx-other-pg")
+    result = await asyncio.to_thread(mqadmin, broker.namesrv_addr, "transactionStatus", "--json")
+    assert result.returncode == 0, result.stderr
+    [report] = json.loads(result.stdout)["brokers"]
+    pending = {(r["topic"], r["producerGroup"]): r["count"] for r in report["pending"]}
+    assert pending == {("TxOps", GROUP): 3, ("TxOther", "tx-other-pg"): 1}
+    assert report["counters"]["commits"] == 1 and report["counters"]["rollbacks"] == 1
+    human = await asyncio.to_thread(mqadmin, broker.namesrv_addr, "transactionStatus", "-t", "TxOps")
+    assert human.returncode == 0 and "TxOps" in human.stdout and "TxOther" not in human.stdout
+    samples = await scrape(port)
+    assert samples[("rocketmq_transactions_total", (("outcome", "commit"),))] == 1
+    assert samples[("rocketmq_transactions_total", (("outcome", "rollback"),))] == 1
+    assert samples[("rocketmq_transaction_half_unchecked", ())] == 6
