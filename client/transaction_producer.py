@@ -91,6 +91,7 @@ class TransactionProducer(Producer):
         self._checks: set[asyncio.Task] = set()
         self._instance.brokers.request_handler = self._on_broker_request
         self._warned_no_listener = False
+        self._callables: dict[Callable, ListenerInfo] = {}
 
     async def shutdown(self) -> None:
         for task in list(self._checks):
@@ -133,7 +134,11 @@ class TransactionProducer(Producer):
 
     async def _decide(self, fn: Callable, args: tuple, what: str) -> tuple[LocalTransactionState, str | None]:
         """Run a local transaction or a check; an exception or anything but a LocalTransactionState is UNKNOWN."""
-        info = ListenerInfo(fn)
+        info = self._callables.get(fn)
+        if info is None:
+            if len(self._callables) > 256:
+                self._callables.clear()
+            info = self._callables[fn] = ListenerInfo(fn)  # examined once: inspect is slow per call
         try:
             if info.is_async:
                 state = await fn(*args)

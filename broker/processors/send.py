@@ -295,12 +295,23 @@ class SendProcessor(BrokerProcessor):
             if self.config.reject_transaction_message:
                 return self._error(cmd, ResponseCode.NO_PERMISSION,
                                    f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
-            to_half(message, props)
+            committed_text = to_half(message, props)
+            message.keys = message.uniq_key = None  # not indexed: the committed message will be
         elif "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
             to_schedule_topic(message, props, self.broker.schedule_service.max_level)
+        if half:
+            return self._put_half(cmd, message, props, committed_text, queue_id, uniq_key)
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)
+
+    async def _put_half(self, cmd: RemotingCommand, message: MessageToStore, props: dict[str, str],
+                        committed_text: str | None, queue_id: int, uniq_key: str) -> RemotingCommand:
+        result = await self.store.put_message(message)
+        if result.ok:
+            self.broker.transaction_service.remember_half(result.physical_offset, result.queue_offset, message, props,
+                                                          committed_text)
+        return self._response(cmd, result, queue_id, uniq_key, batch=False)
 
     async def _put_one(self, cmd: RemotingCommand, message: MessageToStore, uniq_key: str) -> RemotingCommand:
         result = await self.store.put_message(message)

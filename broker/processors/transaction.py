@@ -49,7 +49,7 @@ class TransactionProcessor(BrokerProcessor):
     async def _decide(self, cmd: RemotingCommand, header: EndTransactionRequestHeader) -> RemotingCommand:
         code, remark = await self.service.end_transaction(
             header.producer_group, header.tran_state_table_offset, header.commit_log_offset,
-            header.commit_or_rollback, bool(header.from_transaction_check))
+            header.commit_or_rollback, bool(header.from_transaction_check), wait=not cmd.flag & 2)
         if code != ResponseCode.SUCCESS and cmd.flag & 2:
             log.warning("END_TRANSACTION from producer group %s for %s refused: %s", header.producer_group,
                         header.msg_id, remark)

@@ -35,6 +35,7 @@ _MAX_PROPERTIES = 32767
 _MAX_TOPIC_V1 = 127
 _MAX_TOPIC = 32767
 _TRAN_MASK = 0xC
+_DISPATCHED_TRAN_TYPES = (0x0, 0x8)  # NOT and COMMIT records go to their consume queue; PREPARED/ROLLBACK do not
 _NO_CQ_TYPES = (0x4, 0xC)  # prepared / rollback: not dispatched to a ConsumeQueue
 _ROLLBACK = 0xC
 _NO_QUEUES: dict = {}
@@ -219,16 +220,18 @@ class MessageAppender:
     def _append_one(self, m: MessageToStore) -> PutResult:
         """The same bytes and effects as _append([m]) without the per-batch lists.
 
-        Taken when nothing unusual applies (IPv4 hosts, topic <= 127 bytes already seen, normal transaction type,
-        UNIQ_KEY and no KEYS, room in the current commit-log and consume-queue files); otherwise _append."""
+        Taken when nothing unusual applies (IPv4 hosts, topic <= 127 bytes already seen, a transaction type that is
+        dispatched (NOT or COMMIT), no KEYS, room in the current commit-log and consume-queue files); otherwise
+        _append."""
         topic = m.topic
         topic_bytes = self._topic_bytes.get(topic)
         cl = self.commit_log
         cur = cl._cur
         cq = self.consume_queues.get(topic, _NO_QUEUES).get(m.queue_id)
-        if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or m.sys_flag & _TRAN_MASK
+        if (topic_bytes is None or cq is None or not self._loaded or self._shutdown
+                or m.sys_flag & _TRAN_MASK not in _DISPATCHED_TRAN_TYPES
                 or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
-                or m.keys or not m.uniq_key or cur is None or topic == recovery.SCHEDULE_TOPIC
+                or m.keys or cur is None or topic == recovery.SCHEDULE_TOPIC
                 or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq._cur.allocated_position):
             return self._append([m])
         props = m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes
@@ -249,7 +252,7 @@ class MessageAppender:
         tags = m.tags_code
         cq.append(phys, size, tags)
         index = self.index
-        if index is not None:
+        if index is not None and m.uniq_key:
             try:
                 index.put_one(index.hasher(topic, m.uniq_key), phys, now)
             except OSError as exc:

@@ -26,7 +26,7 @@ from broker.store.types import MessageToStore, message_from_record
 __all__ = [
     "HALF_TOPIC", "OP_TOPIC", "CHECK_MAX_TOPIC", "SYSTEM_GROUP", "TRANSACTION_TOPICS", "is_half_send", "to_half",
     "op_message", "parse_op_body", "committed_message", "check_copy", "given_up_message", "check_request",
-    "root_offset",
+    "root_offset", "committed_from_sent",
 ]
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -56,17 +56,24 @@ def is_half_send(props: dict[str, str], reconsume_times: int) -> bool:
     return not (reconsume_times > 0 and props.get(PROP_DELAY))
 
 
-def to_half(message: MessageToStore, props: dict[str, str]) -> None:
+def to_half(message: MessageToStore, props: dict[str, str]) -> str | None:
     """Rewrite a prepared send in place as the half record: half topic, queue 0, REAL_TOPIC/REAL_QID, transaction bits
-    cleared (so it is dispatched to the half queue like any message); a DELAY is ignored (pitfall 2)."""
+    cleared (so it is dispatched to the half queue like any message); a DELAY is ignored (pitfall 2). Returns the
+    properties text without REAL_* (what the committed message will carry) when it could be kept as it was."""
+    real = f"{PROP_REAL_TOPIC}\x01{message.topic}\x02{PROP_REAL_QID}\x01{message.queue_id}\x02"
     props[PROP_REAL_TOPIC] = message.topic
     props[PROP_REAL_QID] = str(message.queue_id)
-    props.pop(PROP_DELAY, None)
+    if props.pop(PROP_DELAY, None) is not None:
+        message.properties = encode_properties(props)
+    else:  # the common case: append to the text as sent rather than encode it again
+        text = message.properties_text()
+        message.properties = (text if not text or text.endswith("\x02") else text + "\x02") + real
+    message.properties_bytes = None
     message.topic = HALF_TOPIC
     message.queue_id = 0
     message.sys_flag = (message.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_NOT_TYPE
-    message.properties = encode_properties(props)
-    message.properties_bytes = None
+    text = message.properties
+    return text[: len(text) - len(real)] if text.endswith(real) else None
 
 
 def root_offset(record: MessageRecord) -> int:
@@ -99,14 +106,31 @@ def parse_op_body(body: bytes) -> list[int]:
     return out
 
 
+def committed_from_sent(message: MessageToStore, props: dict[str, str], committed_text: str | None,
+                        half_phys: int) -> MessageToStore:
+    """committed_message for a half record still remembered as it was sent (no read back from the log). Like the
+    reference, the committed message keeps TRAN_MSG and PGROUP."""
+    if committed_text is None:
+        committed_text = encode_properties({k: v for k, v in props.items()
+                                            if k != PROP_REAL_TOPIC and k != PROP_REAL_QID})
+    return MessageToStore(
+        topic=props[PROP_REAL_TOPIC], queue_id=int(props[PROP_REAL_QID]), flag=message.flag,
+        sys_flag=(message.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+        born_timestamp=message.born_timestamp, born_host=message.born_host, reconsume_times=message.reconsume_times,
+        body=message.body, properties=committed_text, tags_code=message.tags_code, keys=props.get("KEYS"),
+        uniq_key=props.get("UNIQ_KEY"), prepared_transaction_offset=half_phys,
+    )
+
+
 def committed_message(half: MessageRecord) -> MessageToStore:
     """The message a COMMIT publishes: on REAL_TOPIC/REAL_QID, transaction bits COMMIT, prepared offset = the half
-    record's commit-log offset, tagsCode recomputed; REAL_* and TRAN_MSG dropped (consumers never need them)."""
+    record's commit-log offset, tagsCode recomputed; REAL_* and the check bookkeeping dropped (TRAN_MSG and PGROUP
+    stay, as in the reference)."""
     props = dict(half.properties)
     topic = props.pop(PROP_REAL_TOPIC, half.topic)
     queue_id = int(props.pop(PROP_REAL_QID, "0") or 0)
-    props.pop(PROP_TRAN_MSG, None)
     props.pop(PROP_PREPARED_QUEUE_OFFSET, None)
+    props.pop(PROP_CHECK_TIMES, None)
     sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE
     return message_from_record(half, topic, queue_id, props, half.reconsume_times, sys_flag, half.physical_offset)
 

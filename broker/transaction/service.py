@@ -34,6 +34,7 @@ from broker.transaction.half import (
     SYSTEM_GROUP,
     check_copy,
     check_request,
+    committed_from_sent,
     committed_message,
     given_up_message,
     op_message,
@@ -49,6 +50,9 @@ __all__ = ["TransactionService", "TransactionSettings", "COMMIT", "ROLLBACK", "U
 
 UNKNOWN, COMMIT, ROLLBACK = 0, 8, 12
 _READ_BATCH = 32
+_RECENT_MAX = 8192
+_RECENT_MAX_BYTES = 64 * 1024 * 1024
+_RECENT_MAX_BODY = 256 * 1024
 _RUN_TIME_LIMIT_S = 60.0  # the reference gives up on a queue after 60 s and goes on next time
 
 
@@ -58,6 +62,7 @@ class _Store(Protocol):
     def get_max_offset(self, topic: str, queue_id: int) -> int: ...
     def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> bytes | None: ...
     async def put_message(self, msg: MessageToStore) -> PutResult: ...
+    def _append_one(self, msg: MessageToStore) -> PutResult: ...
 
 
 class _Offsets(Protocol):
@@ -83,8 +88,16 @@ class TransactionService:
         self.store_host = store_host
         self.broker_name = broker_name
         self.producer_channel = producer_channel
+        self.sync_flush = bool(getattr(getattr(store, "config", None), "sync_flush", True))
         self.settled: set[int] = set()  # half-queue offsets an op record settles
         self._settling: set[int] = set()  # decisions being written right now
+        # Half messages as they were sent, by commit-log offset (most END_TRANSACTIONs follow within milliseconds):
+        # a decision on one of them needs no read back from the log. Bounded in count and bytes.
+        self._recent: dict[int, tuple[int, MessageToStore, dict[str, str], str | None]] = {}
+        self._recent_bytes = 0
+        # Decisions of one loop turn share one op record ("17,18,19,"), written at the end of the turn.
+        self._op_offsets: list[int] = []
+        self._op_written: asyncio.Future | None = None
         self.counters = {"commits": 0, "rollbacks": 0, "checks": 0, "discards": 0}
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
@@ -122,50 +135,102 @@ class TransactionService:
         except (RecordError, ValueError, IndexError):
             return None
 
+    def remember_half(self, phys_offset: int, queue_offset: int, message: MessageToStore, props: dict[str, str],
+                      committed_text: str | None) -> None:
+        """The send path stored a half message: keep it at hand for its END_TRANSACTION."""
+        size = len(message.body)
+        if size > _RECENT_MAX_BODY:
+            return
+        recent = self._recent
+        while recent and (len(recent) >= _RECENT_MAX or self._recent_bytes + size > _RECENT_MAX_BYTES):
+            self._forget(next(iter(recent)))  # oldest first
+        recent[phys_offset] = (queue_offset, message, props, committed_text)
+        self._recent_bytes += size
+
+    def _forget(self, phys_offset: int) -> None:
+        entry = self._recent.pop(phys_offset, None)
+        if entry is not None:
+            self._recent_bytes -= len(entry[1].body)
+
     def is_settled(self, record: MessageRecord) -> bool:
         return record.queue_offset in self.settled or root_offset(record) in self.settled
 
     # ------------------------------------------------------------------ END_TRANSACTION
     async def end_transaction(self, group: str, table_offset: int, commit_log_offset: int, decision: int,
-                              from_check: bool) -> tuple[int, str | None]:
-        """COMMIT or ROLLBACK the half record the producer names; (response code, remark)."""
-        half = self.look(commit_log_offset)
-        if half is None:
-            return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
-        if half.topic != HALF_TOPIC:
-            return ResponseCode.SYSTEM_ERROR, (f"Find prepared transaction message failed: the record at "
-                                               f"commitLogOffset {commit_log_offset} is not a half message")
-        if half.properties.get(PROP_PGROUP) != group:
+                              from_check: bool, wait: bool = True) -> tuple[int, str | None]:
+        """COMMIT or ROLLBACK the half record the producer names; (response code, remark). wait=False (one-way
+        requests: nobody reads the answer) returns once the decision is queued for this turn's op record."""
+        recent = self._recent.get(commit_log_offset)
+        if recent is not None:
+            queue_offset, sent, props, committed_text = recent
+            pgroup, root = props.get(PROP_PGROUP), queue_offset
+            uniq = props.get("UNIQ_KEY")
+        else:
+            half = self.look(commit_log_offset)
+            if half is None:
+                return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
+            if half.topic != HALF_TOPIC:
+                return ResponseCode.SYSTEM_ERROR, (f"Find prepared transaction message failed: the record at "
+                                                   f"commitLogOffset {commit_log_offset} is not a half message")
+            queue_offset, pgroup, root = half.queue_offset, half.properties.get(PROP_PGROUP), root_offset(half)
+            uniq = half.properties.get("UNIQ_KEY")
+            if half.physical_offset != commit_log_offset:
+                return ResponseCode.SYSTEM_ERROR, "The commit log offset wrong"
+        if pgroup != group:
             return ResponseCode.SYSTEM_ERROR, "The producer group wrong"
-        if half.queue_offset != table_offset:
+        if queue_offset != table_offset:
             return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
-        if half.physical_offset != commit_log_offset:
-            return ResponseCode.SYSTEM_ERROR, "The commit log offset wrong"
-        root = root_offset(half)
-        keys = {half.queue_offset, root}
+        keys = {queue_offset, root}
         if keys & self.settled or keys & self._settling:
-            return ResponseCode.SYSTEM_ERROR, (f"The transaction of message {half.properties.get('UNIQ_KEY')} "
-                                               f"(half offset {half.queue_offset}) is already committed or rolled "
-                                               "back; nothing changed")
-        self._settling |= keys
-        try:
-            if decision == COMMIT:
-                result = await self.store.put_message(committed_message(half))
-                if not result.ok:
-                    return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}"
-            settled = sorted(keys, reverse=True)
-            op = op_message(settled, self.store_host, int(time.time() * 1000),
-                            {"UNIQ_KEY": half.properties.get("UNIQ_KEY") or "", PROP_PGROUP: group})
-            result = await self.store.put_message(op)
+            return ResponseCode.SYSTEM_ERROR, (f"The transaction of message {uniq} (half offset {queue_offset}) is "
+                                               "already committed or rolled back; nothing changed")
+        if decision == COMMIT:
+            message = committed_from_sent(sent, props, committed_text, commit_log_offset) if recent is not None \
+                else committed_message(half)
+            self._settling |= keys
+            try:
+                result = await self.store.put_message(message)
+            finally:
+                self._settling -= keys
             if not result.ok:
-                log.error("writing the op record of half offset %d failed (%s); the transaction stays open and "
-                          "will be checked", half.queue_offset, result.status.name)
-                return ResponseCode.SYSTEM_ERROR, f"recording the decision failed: {result.status.name}"
-            self.settled |= keys
-            self.counters["commits" if decision == COMMIT else "rollbacks"] += 1
-        finally:
-            self._settling -= keys
+                return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}"
+        self.settled |= keys
+        self._forget(commit_log_offset)
+        self.counters["commits" if decision == COMMIT else "rollbacks"] += 1
+        written = self._queue_op(sorted(keys, reverse=True))
+        if not wait:
+            return ResponseCode.SUCCESS, None
+        if not await written:
+            return ResponseCode.SYSTEM_ERROR, "recording the decision (op record) failed; it will be checked again"
         return ResponseCode.SUCCESS, None
+
+    def _queue_op(self, offsets: list[int]) -> asyncio.Future:
+        """Add offsets to this loop turn's op record; the future says whether it was stored."""
+        self._op_offsets.extend(offsets)
+        if self._op_written is None:
+            loop = asyncio.get_running_loop()
+            self._op_written = loop.create_future()
+            loop.call_soon(self._write_ops)
+        return self._op_written
+
+    def _write_ops(self) -> None:
+        offsets, self._op_offsets = self._op_offsets, []
+        done, self._op_written = self._op_written, None
+        message = op_message(offsets, self.store_host, int(time.time() * 1000), {})
+
+        def settle(ok: bool) -> None:
+            if not ok:
+                # The decisions stay in memory; after a restart they would be checked again (and a producer
+                # answering COMMIT then publishes a second copy, as with the reference broker).
+                log.error("writing the op record for half offsets %s failed", offsets[:8])
+            if done is not None and not done.done():
+                done.set_result(ok)
+
+        if not self.sync_flush:  # nothing to wait for: append now, no task
+            settle(self.store._append_one(message).ok)
+            return
+        task = asyncio.ensure_future(self.store.put_message(message))
+        task.add_done_callback(lambda t: settle(not t.cancelled() and t.exception() is None and t.result().ok))
 
     # ------------------------------------------------------------------ check service
     def start(self) -> None:

@@ -46,4 +46,4 @@ def test_committed_message_goes_to_the_real_queue_with_commit_bits():
     stored = decode_properties(message.properties)
     assert (message.topic, message.queue_id, message.sys_flag & 0xC, message.flag) == ("Orders", 2, 0x8, 7)
     assert message.prepared_transaction_offset == 1000 and message.body == b"pay"
-    assert "REAL_TOPIC" not in stored and "TRAN_MSG" not in stored and stored["PGROUP"] == "pg"
+    assert "REAL_TOPIC" not in stored and stored["TRAN_MSG"] == "true" and stored["PGROUP"] == "pg"
