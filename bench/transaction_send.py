@@ -8,10 +8,12 @@ returns COMMIT at once, so each message costs a half send, the commit write, its
 END_TRANSACTION. After the run every committed message is counted on its topic (it must equal the sends).
 Issue 14 asks for transactional >= 0.5 x plain.
 
-Measured (defaults, shared 2-core box, uvloop broker; +-15 % between runs):
-    phase             msg/s
-    plain            see bench/README.md
-    transactional    see bench/README.md
+Measured (defaults, shared 2-core box, uvloop broker; +-15 % between runs), 2026-11-24:
+    phase             msg/s     CPU per message
+    plain            17,818     client 19 us, broker 37 us
+    transactional     8,926     client 36 us, broker 80 us      (0.50x)
+
+BENCH_BROKER_WRAPPER="<command prefix>" runs the broker under a wrapper (e.g. a cProfile launcher).
 """
 
 from __future__ import annotations
