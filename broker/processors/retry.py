@@ -57,13 +57,7 @@ class RetryProcessor(BrokerProcessor):
 
     # ---- helpers ------------------------------------------------------------------------------
     def _look_record(self, phys_offset: int) -> MessageRecord | None:
-        if phys_offset < 0:
-            return None
-        try:
-            raw = self.store.look_message_by_offset(phys_offset)
-            return decode_record(raw) if raw else None
-        except (RecordError, ValueError, IndexError):
-            return None
+        return self.store.look_record(phys_offset)
 
     def _put(self, message: MessageToStore):
         """The store's put coroutine (ASYNC_FLUSH completes without suspending)."""

@@ -15,7 +15,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, decode_record
+from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record
 
 from . import recovery
 from .append import ArrivalListener, MessageAppender
@@ -463,6 +463,16 @@ class MessageStore(MessageAppender):
         if phys_offset < self.commit_log.min_offset or phys_offset >= self.commit_log.max_offset:
             return None
         return self.commit_log.read_record(phys_offset, size)
+
+    def look_record(self, phys_offset: int) -> MessageRecord | None:
+        """The decoded record at a commit-log offset; None when there is none or it does not decode."""
+        if phys_offset < 0:
+            return None
+        try:
+            raw = self.look_message_by_offset(phys_offset)
+            return decode_record(raw) if raw else None
+        except (RecordError, ValueError, IndexError):
+            return None
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryResult:
         """Records indexed under ``topic#key`` (UNIQ_KEY or a KEYS entry) stored within [begin_ts, end_ts]."""

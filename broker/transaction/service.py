@@ -42,7 +42,7 @@ from broker.transaction.half import (
     root_offset,
 )
 from protocol.codes import ResponseCode
-from protocol.message import RecordError, MessageRecord, decode_record, iter_records
+from protocol.message import RecordError, MessageRecord, iter_records
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class _Store(Protocol):
     def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int, *args: Any, **kwargs: Any) -> Any: ...
     def get_min_offset(self, topic: str, queue_id: int) -> int: ...
     def get_max_offset(self, topic: str, queue_id: int) -> int: ...
-    def look_message_by_offset(self, phys_offset: int, size: int | None = None) -> bytes | None: ...
+    def look_record(self, phys_offset: int) -> MessageRecord | None: ...
     async def put_message(self, msg: MessageToStore) -> PutResult: ...
     def _append_one(self, msg: MessageToStore) -> PutResult: ...
 
@@ -127,13 +127,7 @@ class TransactionService:
         return records, next_offset
 
     def look(self, commit_log_offset: int) -> MessageRecord | None:
-        if commit_log_offset < 0:
-            return None
-        try:
-            raw = self.store.look_message_by_offset(commit_log_offset)
-            return decode_record(raw) if raw else None
-        except (RecordError, ValueError, IndexError):
-            return None
+        return self.store.look_record(commit_log_offset)
 
     def remember_half(self, phys_offset: int, queue_offset: int, message: MessageToStore, props: dict[str, str],
                       committed_text: str | None) -> None:

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
+
+from conftest import free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 from protocol.ids import decode_offset_msg_id
 from protocol.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK, decode_record
 
+from .test_metrics import scrape
+from .test_mqadmin import mqadmin
 from .wire import WireClient, props, pull_fields, pull_records, records, send_v2_fields, wait_until
 
 GROUP = "tx-pg"
@@ -217,13 +222,6 @@ async def test_open_and_decided_transactions_survive_a_restart(broker_factory, h
 
 
 async def test_operators_see_open_transactions_and_counters(broker_factory):
-    import json
-
-    from conftest import free_port
-
-    from .test_metrics import scrape
-    from .test_mqadmin import mqadmin
-
     port = free_port()
     broker = broker_factory("broker-tx-ops", extra={"transactionCheckInterval": 60000, "metricsPort": port})
     async with await WireClient.connect(broker.addr) as client:
