@@ -352,8 +352,9 @@ class TransactionService:
             self.settled = {o for o in self.settled if o >= floor}
 
     # ------------------------------------------------------------------ operations
-    def pending(self, limit_records: int = 100_000) -> list[dict]:
-        """Open half messages per real topic and producer group: count and oldest born time."""
+    def pending(self, limit_records: int = 20_000) -> list[dict]:
+        """Open half messages per real topic and producer group: count and oldest born time. Reads at most
+        limit_records half records past the check progress (one admin request must not hold the loop for long)."""
         by_key: dict[tuple[str, str], dict] = {}
         offset = self.progress()
         end = self.store.get_max_offset(HALF_TOPIC, 0)
