@@ -27,6 +27,8 @@ from broker.metrics import BrokerMetrics
 from broker.processors import build_dispatch_table, build_processors
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
+from broker.ha.master import HAMaster
+from broker.ha.slave import HASlave
 from broker.remoting_server import RemotingServer
 from broker.tls import TlsSettings
 from broker.schedule.service import ScheduleMessageService
@@ -64,6 +66,10 @@ class Broker:
                                 config.transaction_check_max, float(config.file_reserved_time)),
             store_host=self.store_host, broker_name=config.broker_name,
             producer_channel=self.producer_manager.find_channel)
+        # Replication: a master streams its log to slaves on haListenPort; a slave pulls its master's.
+        self.ha_master = HAMaster(self.store.commit_log, config.listen_host, config.ha_port) if config.is_master \
+            else None
+        self.ha_slave = None if config.is_master else HASlave(self.store, config.ha_master_address)
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.boot_timestamp_ms = int(time.time() * 1000)
@@ -156,7 +162,13 @@ class Broker:
             local_routes = self.namesrv.route_info
         await self.server.start()
         await self._start_vip_server()
+        if self.ha_master is not None:
+            await self.ha_master.start()
+            self.store.add_arrival_listener(self.ha_master.on_append)
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
+        if self.ha_slave is not None:
+            self.registrar.master_listener = self.ha_slave.learn_master
+            self.ha_slave.start()
         await self.registrar.start()
         if self.acl_watcher is not None:
             self.acl_watcher.start()
@@ -214,6 +226,10 @@ class Broker:
         except Exception:
             log.exception("stopping the schedule service failed")
         await self.transaction_service.stop()
+        if self.ha_master is not None:
+            await self.ha_master.stop()
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
         if self.registrar is not None:
             try:
                 await asyncio.wait_for(self.registrar.close(), 3.0)

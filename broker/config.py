@@ -164,6 +164,8 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     max_pull_suspend_time_millis: int = 60_000  # project key: cap on a pull's suspendTimeoutMillis (long polling)
     slave_read_enable: bool = False
+    ha_master_address: str | None = None  # a slave's fixed master HA address (else learnt from the name server)
+    slave_timeout: int = 3000  # SYNC_MASTER: ms to wait for a slave's acknowledgement
     trace_on: bool = True
     trace_topic_enable: bool = False
     flush_consumer_offset_interval: int = 5000
@@ -245,6 +247,7 @@ class BrokerConfig:
 
         values = {
             "root_dir": self.store_path_root_dir,
+            "replica": self.broker_role == "SLAVE",
             "commit_log_dir": self.commit_log_dir,
             "mapped_file_size_commit_log": self.mapped_file_size_commit_log,
             "mapped_file_size_consume_queue": self.mapped_file_size_consume_queue,
@@ -325,6 +328,7 @@ class BrokerConfig:
             "max_pull_suspend_time_millis",
             "transaction_time_out",
             "transaction_check_interval",
+            "slave_timeout",
             "transaction_check_max",
         ):
             if getattr(self, attr) <= 0:

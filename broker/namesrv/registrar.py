@@ -16,6 +16,7 @@ broker's topics with each registration (ours) would otherwise drop the rest.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 import copy
 import logging
 import ssl
@@ -64,6 +65,8 @@ class BrokerRegistrar:
         self.config = config
         self.topic_configs = topic_configs
         self.local_route_info = local_route_info
+        # A slave's hook: called with the master's HA address from each registration answer (None: no master).
+        self.master_listener: Callable[[str | None], None] | None = None
         self.namesrv_addrs = list(config.namesrv_addr_list if namesrv_addrs is None else namesrv_addrs)
         self.request_timeout = request_timeout
         self.change_debounce_s = change_debounce_s
@@ -202,7 +205,7 @@ class BrokerRegistrar:
         if permission is not None:
             topics = {name: self._advertised(tc) for name, tc in topics.items()}
         cfg = self.config
-        self.local_route_info.register_broker(
+        result = self.local_route_info.register_broker(
             cfg.broker_cluster_name,
             cfg.broker_name,
             cfg.broker_addr,
@@ -212,6 +215,8 @@ class BrokerRegistrar:
             copy.copy(self.topic_configs.data_version),
             timeout_ms=max(BROKER_HEARTBEAT_TIMEOUT_MS, 4 * cfg.register_name_server_period),
         )
+        if self.master_listener is not None and result is not None:
+            self.master_listener(getattr(result, "ha_server_addr", None))
 
     def refresh_local(self) -> None:
         """Periodic embedded registration: deltas keep the routes current, so only the broker's
@@ -245,6 +250,8 @@ class BrokerRegistrar:
         if response.code != ResponseCode.SUCCESS:
             self._log_failure(addr, f"code {response.code} {response.remark or ''}")
             return False
+        if self.master_listener is not None:  # a slave learns its master's HA address from the answer
+            self.master_listener((response.ext_fields or {}).get("haServerAddr") or None)
         if self._last_ok.get(addr) is not True:
             self._last_ok[addr] = True
             log.info("registered broker %s (%s) with name server %s", self.config.broker_name, self.config.broker_addr, addr)

@@ -17,7 +17,7 @@ from broker.managers.topic_config import (
     validate_topic,
 )
 from broker.schedule.delay import delay_level_of, to_schedule_topic
-from broker.store.types import MessageToStore, PutResult
+from broker.store.types import MessageToStore, PutResult, PutStatus
 from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from protocol.command import RemotingCommand, ResponseTemplate
 from protocol.hashing import tags_code
@@ -94,6 +94,7 @@ class SendProcessor(BrokerProcessor):
         self._random = random.Random()
         self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
         self._sync_flush = bool(self.store.config.sync_flush)
+        self._sync_master = cfg.broker_role == "SYNC_MASTER"
         self._tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
         self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
 
@@ -301,13 +302,34 @@ class SendProcessor(BrokerProcessor):
             to_schedule_topic(message, props, self.broker.schedule_service.max_level)
         if half:
             return self._put_half(cmd, message, props, committed_text, queue_id, uniq_key)
+        if self._sync_master:
+            return self._put_replicated(cmd, message, queue_id, uniq_key)
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)
 
+    async def _await_slave(self, result: PutResult) -> None:
+        """SYNC_MASTER: a stored message is acknowledged once a slave has it (replication.md §4)."""
+        if not self._sync_master or result.status is not PutStatus.PUT_OK and \
+                result.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+            return
+        ha = self.broker.ha_master
+        end = self.store.commit_log.max_offset  # at or past this message's end: never acknowledged too early
+        if ha is None or not ha.slave_available(end):
+            result.status = PutStatus.SLAVE_NOT_AVAILABLE
+        elif not await ha.wait_for_slave(end, self.config.slave_timeout / 1000):
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    async def _put_replicated(self, cmd: RemotingCommand, message: MessageToStore, queue_id: int,
+                              uniq_key: str) -> RemotingCommand:
+        result = await self.store.put_message(message)
+        await self._await_slave(result)
+        return self._response(cmd, result, queue_id, uniq_key, batch=False)
+
     async def _put_half(self, cmd: RemotingCommand, message: MessageToStore, props: dict[str, str],
                         committed_text: str | None, queue_id: int, uniq_key: str) -> RemotingCommand:
         result = await self.store.put_message(message)
+        await self._await_slave(result)
         if result.ok:
             self.broker.transaction_service.remember_half(result.physical_offset, result.queue_offset, message, props,
                                                           committed_text)
@@ -413,4 +435,5 @@ class SendProcessor(BrokerProcessor):
     async def _put_batch(self, cmd: RemotingCommand, messages: list[MessageToStore], queue_id: int,
                          batch_uniq: str | None) -> RemotingCommand:
         result = await self.store.put_messages(messages)
+        await self._await_slave(result)
         return self._response(cmd, result, queue_id, batch_uniq, batch=True)

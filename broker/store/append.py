@@ -127,6 +127,9 @@ class MessageAppender:
         """Append + dispatch synchronously. All messages go to msgs[0]'s topic/queue."""
         if not self._loaded or self._shutdown:
             return self._fail(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
+        if self.config.replica:
+            return self._fail(PutStatus.SERVICE_NOT_AVAILABLE, "service not available now: messages are put to "
+                              "the slave (a slave's log is written by its master only)")
         if not msgs:
             return self._fail(PutStatus.MESSAGE_ILLEGAL, "no message to store")
         now = time.time_ns() // 1_000_000 if self._clock_ms is None else self._clock_ms()
@@ -228,7 +231,7 @@ class MessageAppender:
         cl = self.commit_log
         cur = cl._cur
         cq = self.consume_queues.get(topic, _NO_QUEUES).get(m.queue_id)
-        if (topic_bytes is None or cq is None or not self._loaded or self._shutdown
+        if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or self.config.replica
                 or m.sys_flag & _TRAN_MASK not in _DISPATCHED_TRAN_TYPES
                 or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
                 or m.keys or cur is None or topic == recovery.SCHEDULE_TOPIC

@@ -98,6 +98,29 @@ class CommitLog:
             self._cur = None
             self._empty_start = end_offset - end_offset % self.file_size
 
+    # -- replication ------------------------------------------------------------
+    def append_raw(self, offset: int, data: bytes) -> None:
+        """A slave writes bytes of its master's log at the same offset (same files, same positions). Raises
+        ValueError when offset is not this log's end (a non-empty log) or the data would cross a file end."""
+        fsize = self.file_size
+        empty = not self.mfq.files
+        if not empty and offset != self.max_offset:
+            raise ValueError(f"replicated data at offset {offset}, but this log ends at {self.max_offset}")
+        start = offset - offset % fsize
+        if offset - start + len(data) > fsize:
+            raise ValueError(f"replicated data at {offset} ({len(data)} bytes) crosses the end of a file")
+        mf = self.mfq.find(offset)
+        if mf is None:
+            if empty:
+                self._empty_start = start
+            mf = self.mfq.create_file(start)
+        pos = offset - mf.file_from_offset
+        if data:
+            mf.mm[pos:pos + len(data)] = data
+        if pos + len(data) > mf.wrote_position:
+            mf.wrote_position = pos + len(data)
+        self._cur = mf
+
     # -- writing ----------------------------------------------------------------
     def _next_file(self) -> MappedFile:
         """Switch to the file after the current one, creating it if needed."""

@@ -464,6 +464,29 @@ class MessageStore(MessageAppender):
             return None
         return self.commit_log.read_record(phys_offset, size)
 
+    # ---- replication (a slave's log is written by its master's bytes) ---------------------------------
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Write a frame of the master's log at its offset, then dispatch the records it completed to the consume
+        queues and index (a record cut by the frame's end waits for the next one). Returns the new log end.
+        Raises ValueError when offset is not this log's end."""
+        cl = self.commit_log
+        dispatched = getattr(self, "_replica_dispatched", None)
+        if dispatched is None or not cl.mfq.files:
+            dispatched = cl.max_offset if cl.mfq.files else offset
+        cl.append_raw(offset, data)
+        end = cl.max_offset
+        recovery._redispatch(self, dispatched, end)
+        last = dispatched
+        for mf, pos, size in cl.iter_record_positions(dispatched, end):
+            last = mf.file_from_offset + pos + size
+        if last == dispatched and end - dispatched >= 8:
+            nxt = cl.mfq.find(dispatched)
+            if nxt is not None and nxt.file_from_offset + cl.file_size <= end:
+                last = nxt.file_from_offset + cl.file_size  # only a BLANK marker and padding were left
+        self._replica_dispatched = last
+        self.last_store_timestamp = int(time.time() * 1000)
+        return end
+
     def look_record(self, phys_offset: int) -> MessageRecord | None:
         """The decoded record at a commit-log offset; None when there is none or it does not decode."""
         if phys_offset < 0:

@@ -20,6 +20,7 @@ class StoreConfig:
 
     root_dir: str
     commit_log_dir: str | None = None  # default <root>/commitlog
+    replica: bool = False  # a slave: only append_replicated writes the log
     mapped_file_size_commit_log: int = 1073741824
     mapped_file_size_consume_queue: int = 6_000_000
     flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH (group commit)
@@ -115,12 +116,18 @@ def message_from_record(record: MessageRecord, topic: str, queue_id: int, proper
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored on a SYNC_MASTER, no slave acknowledged it in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored on a SYNC_MASTER without a usable slave
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     DISK_FULL = "DISK_FULL"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                     PutStatus.SLAVE_NOT_AVAILABLE})
 
 
 @dataclass(slots=True, repr=False, eq=False)
@@ -140,8 +147,8 @@ class PutResult:
 
     @property
     def ok(self) -> bool:
-        """Stored (PUT_OK or FLUSH_DISK_TIMEOUT: the data is in the store either way)."""
-        return self.status is PutStatus.PUT_OK or self.status is PutStatus.FLUSH_DISK_TIMEOUT
+        """Stored (PUT_OK, or a flush/replication timeout: the data is in the store either way)."""
+        return self.status in _STORED
 
     @property
     def msg_ids(self) -> list[str]:
