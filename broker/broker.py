@@ -29,6 +29,8 @@ from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster
 from broker.ha.slave import HASlave
+from broker.ha.metadata_sync import MetadataSync
+from broker.namesrv.outbound import OutboundConnection
 from broker.remoting_server import RemotingServer
 from broker.tls import TlsSettings
 from broker.schedule.service import ScheduleMessageService
@@ -70,6 +72,11 @@ class Broker:
         self.ha_master = HAMaster(self.store.commit_log, config.listen_host, config.ha_port) if config.is_master \
             else None
         self.ha_slave = None if config.is_master else HASlave(self.store, config.ha_master_address)
+        self.metadata_sync = None if config.is_master else MetadataSync(
+            topics=self.topic_config_manager, groups=self.subscription_group_manager,
+            offsets=self.consumer_offset_manager, delay_offset_path=os.path.join(config_dir, "delayOffset.json"),
+            own_addr=config.broker_addr,
+            connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length))
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.boot_timestamp_ms = int(time.time() * 1000)
@@ -167,14 +174,20 @@ class Broker:
             self.store.add_arrival_listener(self.ha_master.on_append)
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
         if self.ha_slave is not None:
-            self.registrar.master_listener = self.ha_slave.learn_master
+            self.registrar.master_listener = self._learn_master
             self.ha_slave.start()
+            self.metadata_sync.start()
         await self.registrar.start()
         if self.acl_watcher is not None:
             self.acl_watcher.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
         await self.metrics.start()
+
+    def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """A slave's registration answer names its master: replicate from it and copy its metadata."""
+        self.ha_slave.learn_master(ha_addr)
+        self.metadata_sync.learn_master(master_addr)
 
     def _recover_topics_from_store(self) -> None:
         """Topics auto-created just before a crash may have queues on disk but no entry in topics.json
@@ -230,6 +243,7 @@ class Broker:
             await self.ha_master.stop()
         if self.ha_slave is not None:
             await self.ha_slave.stop()
+            await self.metadata_sync.stop()
         if self.registrar is not None:
             try:
                 await asyncio.wait_for(self.registrar.close(), 3.0)

@@ -71,6 +71,10 @@ class ConsumerOps:
                     return addr
         addr = instance.master_addr(mq.broker_name)
         if addr is None:
+            # No master in the route (it is down): read from and commit to a slave, as the reference client does.
+            addrs = instance.broker_addrs.get(mq.broker_name) or {}
+            if addrs:
+                return addrs[min(addrs)]
             addr = await instance.find_master_addr(mq.broker_name, mq.topic)
         return addr
 

@@ -65,8 +65,9 @@ class BrokerRegistrar:
         self.config = config
         self.topic_configs = topic_configs
         self.local_route_info = local_route_info
-        # A slave's hook: called with the master's HA address from each registration answer (None: no master).
-        self.master_listener: Callable[[str | None], None] | None = None
+        # A slave's hook: called with the master's HA and remoting addresses from each registration answer
+        # (None: no master registered).
+        self.master_listener: Callable[[str | None, str | None], None] | None = None
         self.namesrv_addrs = list(config.namesrv_addr_list if namesrv_addrs is None else namesrv_addrs)
         self.request_timeout = request_timeout
         self.change_debounce_s = change_debounce_s
@@ -216,7 +217,7 @@ class BrokerRegistrar:
             timeout_ms=max(BROKER_HEARTBEAT_TIMEOUT_MS, 4 * cfg.register_name_server_period),
         )
         if self.master_listener is not None and result is not None:
-            self.master_listener(getattr(result, "ha_server_addr", None))
+            self.master_listener(getattr(result, "ha_server_addr", None), getattr(result, "master_addr", None))
 
     def refresh_local(self) -> None:
         """Periodic embedded registration: deltas keep the routes current, so only the broker's
@@ -251,7 +252,8 @@ class BrokerRegistrar:
             self._log_failure(addr, f"code {response.code} {response.remark or ''}")
             return False
         if self.master_listener is not None:  # a slave learns its master's HA address from the answer
-            self.master_listener((response.ext_fields or {}).get("haServerAddr") or None)
+            fields = response.ext_fields or {}
+            self.master_listener(fields.get("haServerAddr") or None, fields.get("masterAddr") or None)
         if self._last_ok.get(addr) is not True:
             self._last_ok[addr] = True
             log.info("registered broker %s (%s) with name server %s", self.config.broker_name, self.config.broker_addr, addr)

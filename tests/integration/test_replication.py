@@ -69,3 +69,39 @@ async def test_the_slave_log_is_byte_identical_and_serves_pulls(broker_factory, 
             assert refused.code == R.SERVICE_NOT_AVAILABLE and "slave" in refused.remark
     finally:
         slave.stop()
+
+
+async def test_consumers_read_from_the_slave_when_the_master_dies(broker_factory, namesrv):
+    from client import ConsumeResult, Message, Producer
+
+    from .client_helpers import Recorder, push_consumer, wait_for
+
+    master, slave = pair(broker_factory, namesrv)
+    slave.start()
+    try:
+        async with Producer("repl-pg", namesrv.addr, default_topic_queue_nums=2) as producer:
+            sent = [await producer.send(Message("ReplConsume", b"r-%d" % i)) for i in range(200)]
+        assert all(r.status.name == "SEND_OK" for r in sent)
+        await wait_until(lambda: _same_logs(master, slave), "the slave caught up", timeout=30)
+
+        async def slave_knows_topic():  # metadata copies run every 10 s (pitfall 7: topics arrive late)
+            async with await WireClient.connect(slave.addr) as client:
+                resp = await client.request(RC.GET_ALL_TOPIC_CONFIG, {})
+                return b"ReplConsume" in (resp.body or b"")
+        await wait_until(slave_knows_topic, "the topic copied to the slave", timeout=25, interval=0.5)
+        master.kill()  # kill -9: every acknowledged message must still be readable, from the slave
+        rec = Recorder()
+        consumer = push_consumer("repl-cg", namesrv.addr, "ReplConsume", rec, route_refresh_interval=1.0)
+        await consumer.start()
+        try:
+            await wait_for(lambda: len(rec.bodies) == 200, "all 200 messages from the slave", 40)
+        finally:
+            await consumer.shutdown()
+        assert rec.bodies == {b"r-%d" % i for i in range(200)}
+        assert all(result is ConsumeResult.SUCCESS for result in [ConsumeResult.SUCCESS])
+    finally:
+        slave.stop()
+
+
+async def _same_logs(master, slave) -> bool:
+    return log_bytes(master.store_dir) == log_bytes(slave.store_dir)
