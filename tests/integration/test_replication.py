@@ -105,3 +105,72 @@ async def test_consumers_read_from_the_slave_when_the_master_dies(broker_factory
 
 async def _same_logs(master, slave) -> bool:
     return log_bytes(master.store_dir) == log_bytes(slave.store_dir)
+
+
+async def test_sync_master_acknowledges_only_what_the_slave_has(broker_factory, namesrv):
+    master, slave = pair(broker_factory, namesrv, role="SYNC_MASTER", slaveTimeout=3000)
+    async with await WireClient.connect(master.addr) as client:
+        alone = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("ReplSync", 0, props(UNIQ_KEY="A0")), b"a")
+        assert alone.code == R.SLAVE_NOT_AVAILABLE  # stored on the master, but no slave has it
+        slave.start()
+        try:
+            async def replicated_send():
+                resp = await client.request(RC.SEND_MESSAGE_V2,
+                                            send_v2_fields("ReplSync", 0, props(UNIQ_KEY="A1")), b"probe")
+                return resp if resp.code == R.SUCCESS else None
+            await wait_until(replicated_send, "a SEND_OK once the slave is connected", timeout=20, interval=0.3)
+            for i in range(50):
+                body = b"sync-%03d" % i
+                resp = await client.request(RC.SEND_MESSAGE_V2,
+                                            send_v2_fields("ReplSync", i % 2, props(UNIQ_KEY=f"S{i}")), body)
+                assert resp.code == R.SUCCESS, resp.remark
+                assert body in log_bytes(slave.store_dir)  # in the slave's file when the answer arrives
+        finally:
+            slave.stop()
+        await asyncio.sleep(0.5)
+        gone = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("ReplSync", 0, props(UNIQ_KEY="A2")), b"z")
+        assert gone.code == R.SLAVE_NOT_AVAILABLE
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+async def test_replication_resumes_after_the_master_restarts(broker_factory, namesrv, how):
+    master, slave = pair(broker_factory, namesrv)
+    slave.start()
+    try:
+        await send_many(master.addr, "ReplResume", 100)
+        await wait_until(lambda: _same_logs(master, slave), "the slave caught up", timeout=30)
+        if how == "sigterm":
+            master.stop()
+        else:
+            master.kill()
+        master.start()
+        answers = await send_many(master.addr, "ReplResume", 150)
+        assert all(a.code == R.SUCCESS for a in answers)
+        await wait_until(lambda: _same_logs(master, slave), "the slave caught up after the restart", timeout=40,
+                         interval=0.5)
+        async with await WireClient.connect(slave.addr) as client:
+            assert len(await pull_records(client, "ReplResume", 0)) + \
+                len(await pull_records(client, "ReplResume", 1)) == 250
+    finally:
+        slave.stop()
+
+
+async def test_a_slave_ahead_of_its_master_is_reported_and_kept(broker_factory, namesrv):
+    import shutil
+
+    master, slave = pair(broker_factory, namesrv)
+    slave.start()
+    try:
+        await send_many(master.addr, "ReplAhead", 60)
+        await wait_until(lambda: _same_logs(master, slave), "the slave caught up", timeout=30)
+        slave_log = log_bytes(slave.store_dir)
+        master.kill()
+        shutil.rmtree(master.store_dir)  # the master lost its disk: its log restarts empty
+        master.start()
+
+        async def reported():
+            return "ahead" in master.log_text()
+        await wait_until(reported, "the master reporting a slave ahead of it", timeout=20, interval=0.5)
+        assert log_bytes(slave.store_dir) == slave_log  # nothing of the slave's log was overwritten
+    finally:
+        slave.stop()
