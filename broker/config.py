@@ -164,6 +164,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     max_pull_suspend_time_millis: int = 60_000  # project key: cap on a pull's suspendTimeoutMillis (long polling)
     slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40  # % of RAM behind the log end that counts as cold data
     ha_master_address: str | None = None  # a slave's fixed master HA address (else learnt from the name server)
     slave_timeout: int = 3000  # SYNC_MASTER: ms to wait for a slave's acknowledgement
     trace_on: bool = True

@@ -23,6 +23,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prometheus_client import CollectorRegistry
+
+from broker.ha import replication_info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -516,6 +518,17 @@ class _BrokerCollector:
         behind.add_metric([], max(0, broker.store.get_max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0)
                                   - service.progress()))
         yield behind
+        replication = replication_info(broker)
+        if "haReplicationLagBytes" in replication:
+            lag = GaugeMetricFamily("rocketmq_replication_lag_bytes", "Master: bytes its furthest slave is behind "
+                                    "(the whole log with no slave connected); slave: bytes behind its master "
+                                    "(-1 when not connected)")
+            lag.add_metric([], replication["haReplicationLagBytes"])
+            yield lag
+        if "haSlaveCount" in replication:
+            slaves = GaugeMetricFamily("rocketmq_replication_slaves", "Slaves connected to this master")
+            slaves.add_metric([], replication["haSlaveCount"])
+            yield slaves
 
     @staticmethod
     def _store(broker: "Broker") -> Iterator[Any]:

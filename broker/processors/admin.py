@@ -39,6 +39,7 @@ from protocol.headers import (
     GetTopicStatsInfoRequestHeader,
 )
 from protocol.jsonlenient import dumps_compact
+from broker.ha import replication_info
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -311,6 +312,7 @@ class AdminProcessor(BrokerProcessor):
             "connectionCount": sum(len(server.channels) for server in broker.servers),
             "suspendedPullCount": broker.processors["pull"].hold_service.held_count,
         }
+        info.update(replication_info(broker))
         metrics = getattr(broker, "metrics", None)
         if metrics is not None:
             info.update(metrics.runtime_rates())

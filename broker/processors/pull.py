@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,20 @@ class SubscriptionError(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+def _memory_bytes() -> int:
+    """Physical RAM (the reference's basis for 'cold' data)."""
+    global _MEMORY
+    if _MEMORY is None:
+        try:
+            _MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            _MEMORY = 8 << 30
+    return _MEMORY
+
+
+_MEMORY: int | None = None
 
 
 class PullProcessor(BrokerProcessor):
@@ -323,7 +338,8 @@ class PullProcessor(BrokerProcessor):
             return None
 
         ext = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": self._suggest_broker(topic, queue_id, result, group_config)
+            if cfg.slave_read_enable and cfg.is_master and code == ResponseCode.SUCCESS else "0",
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
@@ -335,6 +351,18 @@ class PullProcessor(BrokerProcessor):
             buffers = result.buffers
             body = buffers[0] if len(buffers) == 1 and type(buffers[0]) is bytes else b"".join(buffers)
         return cmd.make_response(code, status, ext, body)
+
+    def _suggest_broker(self, topic: str, queue_id: int, result: Any, group_config: Any) -> str:
+        """slaveReadEnable on a master (replication.md §7.2): a consumer reading cold data (further behind the log's
+        end than accessMessageInMemoryMaxRatio % of RAM) is sent to the group's whichBrokerWhenConsumeSlowly."""
+        cq = self.store.get_consume_queue(topic, queue_id)
+        unit = cq.get_unit(result.next_begin_offset - 1) if cq is not None else None
+        if unit is None:
+            return str(group_config.broker_id)
+        behind = self.store.commit_log_max_offset - unit[0]
+        if behind > _memory_bytes() * self.config.access_message_in_memory_max_ratio / 100:
+            return str(group_config.which_broker_when_consume_slowly)
+        return str(group_config.broker_id)
 
     def _commit_pulled_offset(self, channel: Any, group: str, topic: str, queue_id: int, offset: int | None,
                               max_offset: int) -> None:

@@ -338,14 +338,16 @@ async def cluster_list(admin: AdminClient, args: argparse.Namespace) -> int:
                              "getTps": runtime.get("getTransferedTps", "-"),
                              "msgPutTotal": runtime.get("msgPutTotalTodayNow", "-"),
                              "msgGetTotal": runtime.get("msgGetTotalTodayNow", "-"),
+                             "role": runtime.get("brokerRole", "-"),
+                             "replicationLag": runtime.get("haReplicationLagBytes", "-"),
                              "runtime": runtime.get("runtime", runtime.get("error", "-"))})
     if args.json:
         _out(args, {"brokers": rows, "clusterAddrTable": {c: sorted(n) for c, n in info.cluster_addr_table.items()}})
         return 0
-    table(["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS", "#OutTPS", "#PutTotal",
-           "#GetTotal", "#Runtime"],
-          [(r["cluster"], r["brokerName"], r["brokerId"], r["addr"], r["version"], r["putTps"], r["getTps"],
-            r["msgPutTotal"], r["msgGetTotal"], r["runtime"]) for r in rows])
+    table(["#Cluster Name", "#Broker Name", "#BID", "#Role", "#Addr", "#Version", "#InTPS", "#OutTPS", "#PutTotal",
+           "#GetTotal", "#Repl Lag (B)", "#Runtime"],
+          [(r["cluster"], r["brokerName"], r["brokerId"], r["role"], r["addr"], r["version"], r["putTps"],
+            r["getTps"], r["msgPutTotal"], r["msgGetTotal"], r["replicationLag"], r["runtime"]) for r in rows])
     return 0
 
 

@@ -24,10 +24,10 @@ def namesrv():
     server.stop()
 
 
-def pair(broker_factory, namesrv, role: str = "ASYNC_MASTER", **extra):
+def pair(broker_factory, namesrv, role: str = "ASYNC_MASTER", master_extra: dict | None = None, **extra):
     common = {"mappedFileSizeCommitLog": FILE_SIZE, "brokerClusterName": "ReplCluster", **extra}
     master = broker_factory("broker-r", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                            extra={**common, "brokerRole": role})
+                            extra={**common, "brokerRole": role, **(master_extra or {})})
     slave_dir = master.workdir / "slave"
     slave_dir.mkdir()
     from conftest import BrokerProcess  # noqa: PLC0415 - the slave needs its own directory, same brokerName
@@ -172,5 +172,40 @@ async def test_a_slave_ahead_of_its_master_is_reported_and_kept(broker_factory, 
             return "ahead" in master.log_text()
         await wait_until(reported, "the master reporting a slave ahead of it", timeout=20, interval=0.5)
         assert log_bytes(slave.store_dir) == slave_log  # nothing of the slave's log was overwritten
+    finally:
+        slave.stop()
+
+
+async def test_operators_see_roles_and_lag_and_cold_reads_are_sent_to_the_slave(broker_factory, namesrv):
+    import json
+
+    from conftest import free_port
+
+    from .test_metrics import scrape
+    from .test_mqadmin import mqadmin
+
+    port = free_port()
+    master, slave = pair(broker_factory, namesrv, slaveReadEnable="true", accessMessageInMemoryMaxRatio=0,
+                         master_extra={"metricsPort": port})
+    slave.start()
+    try:
+        await send_many(master.addr, "ReplOps", 40)
+        await wait_until(lambda: _same_logs(master, slave), "the slave caught up", timeout=30)
+
+        async def listed():
+            result = await asyncio.to_thread(mqadmin, namesrv.addr, "clusterList", "--json")
+            rows = json.loads(result.stdout)["brokers"] if result.returncode == 0 else []
+            roles = {r["brokerId"]: (r["role"], r["replicationLag"]) for r in rows if r["brokerName"] == "broker-r"}
+            return roles if len(roles) == 2 and roles[0][1] == "0" else None
+        roles = await wait_until(listed, "both brokers listed with their roles", timeout=20, interval=0.5)
+        assert roles[0][0] == "ASYNC_MASTER" and roles[1][0] == "SLAVE"
+        samples = await scrape(port)
+        assert samples[("rocketmq_replication_slaves", ())] == 1
+        assert samples[("rocketmq_replication_lag_bytes", ())] == 0
+        async with await WireClient.connect(master.addr) as client:
+            from .wire import pull_fields
+
+            resp = await client.request(RC.PULL_MESSAGE, pull_fields("ReplOps", "repl-cold", 0, 0, suspend_ms=0))
+            assert resp.code == R.SUCCESS and resp.ext_fields["suggestWhichBrokerId"] == "1"
     finally:
         slave.stop()
