@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from broker.config import BrokerConfig
+from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
@@ -170,8 +170,7 @@ class Broker:
         await self.server.start()
         await self._start_vip_server()
         if self.ha_master is not None:
-            await self.ha_master.start()
-            self.store.add_arrival_listener(self.ha_master.on_append)
+            await self._start_ha_master()
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
         if self.ha_slave is not None:
             self.registrar.master_listener = self._learn_master
@@ -198,6 +197,22 @@ class Broker:
             queue_nums = max(max(queue_ids) + 1, 1)
             if self.topic_config_manager.create_topic_if_absent(topic, queue_nums) is not None:
                 log.warning("recovered topic %s (%d queues) from the store: it was missing from topics.json", topic, queue_nums)
+
+    async def _start_ha_master(self) -> None:
+        """The HA listener. Without an explicit haListenPort an ASYNC_MASTER only warns when listenPort + 1 is
+        taken (it works alone, slaves just cannot attach); a SYNC_MASTER or an explicit port must have it."""
+        cfg = self.config
+        try:
+            await self.ha_master.start()
+        except OSError as exc:
+            if cfg.ha_listen_port is not None or cfg.broker_role == "SYNC_MASTER":
+                raise ConfigError(f"cannot listen on {cfg.listen_host}:{cfg.ha_port} for slaves: "
+                                  f"{exc.strerror or exc}", "haListenPort") from None
+            log.warning("HA port %d unavailable (%s); slaves cannot replicate from this master (set haListenPort)",
+                        cfg.ha_port, exc.strerror or exc)
+            self.ha_master = None
+            return
+        self.store.add_arrival_listener(self.ha_master.on_append)
 
     async def _start_vip_server(self) -> None:
         """Best effort: a busy listenPort - 2 only costs old clients their fast channel."""

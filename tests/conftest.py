@@ -26,16 +26,18 @@ def free_port() -> int:
 
 
 def free_listen_port() -> int:
-    """A free port whose VIP companion (port - 2, which the broker also opens) is free as well."""
+    """A free port whose companions the broker also opens (VIP: port - 2, HA: port + 1) are free as well."""
     for _ in range(100):
         port = free_port()
         try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", port - 2))
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as vip, \
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM) as ha:
+                vip.bind(("127.0.0.1", port - 2))
+                ha.bind(("127.0.0.1", port + 1))
         except OSError:
             continue
         return port
-    raise RuntimeError("no free port pair (p, p - 2) on 127.0.0.1")
+    raise RuntimeError("no free ports (p - 2, p, p + 1) on 127.0.0.1")
 
 
 class BrokerProcess:

@@ -84,6 +84,7 @@ class HASlave:
             writer.write(encode_report(own))
             await writer.drain()
             self.connected = True
+            connected_at = time.monotonic()
             log.info("replicating from master %s, from offset %d", address, own)
             frames = FrameReader()
             reported = own
@@ -94,6 +95,11 @@ class HASlave:
                 except asyncio.TimeoutError:
                     data = None
                 if data == b"":
+                    if self.last_frame_time < connected_at and not self._reported_ahead:
+                        self._reported_ahead = True
+                        log.error("master %s closed the replication connection without sending anything after this "
+                                  "slave reported its log end %d: if the master lost data, this slave is ahead of "
+                                  "it and is left as it is (see the master's log; rebuild one of them)", address, own)
                     raise ConnectionError("closed by the master (an offset it could not serve? see its log)")
                 if data:
                     for offset, chunk in frames.feed(data):

@@ -169,8 +169,8 @@ async def test_a_slave_ahead_of_its_master_is_reported_and_kept(broker_factory, 
         master.start()
 
         async def reported():
-            return "ahead" in master.log_text()
-        await wait_until(reported, "the master reporting a slave ahead of it", timeout=20, interval=0.5)
+            return "ahead" in master.log_text() and "ahead" in slave.log_text()
+        await wait_until(reported, "master and slave reporting the slave ahead", timeout=20, interval=0.5)
         assert log_bytes(slave.store_dir) == slave_log  # nothing of the slave's log was overwritten
     finally:
         slave.stop()
