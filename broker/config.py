@@ -166,7 +166,7 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40  # % of RAM behind the log end that counts as cold data
     ha_master_address: str | None = None  # a slave's fixed master HA address (else learnt from the name server)
-    slave_timeout: int = 3000  # SYNC_MASTER: ms to wait for a slave's acknowledgement
+    slave_timeout: int | None = None  # SYNC_MASTER: ms to wait for a slave's ack; None = syncFlushTimeout
     trace_on: bool = True
     trace_topic_enable: bool = False
     flush_consumer_offset_interval: int = 5000
@@ -329,7 +329,6 @@ class BrokerConfig:
             "max_pull_suspend_time_millis",
             "transaction_time_out",
             "transaction_check_interval",
-            "slave_timeout",
             "transaction_check_max",
         ):
             if getattr(self, attr) <= 0:

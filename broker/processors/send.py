@@ -95,6 +95,8 @@ class SendProcessor(BrokerProcessor):
         self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
         self._sync_flush = bool(self.store.config.sync_flush)
         self._sync_master = cfg.broker_role == "SYNC_MASTER"
+        self._slave_timeout_s = (cfg.slave_timeout if cfg.slave_timeout and cfg.slave_timeout > 0
+                                 else cfg.sync_flush_timeout) / 1000
         self._tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
         self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
 
@@ -317,7 +319,7 @@ class SendProcessor(BrokerProcessor):
         end = self.store.commit_log.max_offset  # at or past this message's end: never acknowledged too early
         if ha is None or not ha.slave_available(end):
             result.status = PutStatus.SLAVE_NOT_AVAILABLE
-        elif not await ha.wait_for_slave(end, self.config.slave_timeout / 1000):
+        elif not await ha.wait_for_slave(end, self._slave_timeout_s):
             result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
 
     async def _put_replicated(self, cmd: RemotingCommand, message: MessageToStore, queue_id: int,

@@ -4,15 +4,23 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from client import Message, Producer
+from conftest import BrokerProcess, free_port
+
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
+from .client_helpers import Recorder, push_consumer, wait_for
 from .test_issue2_cluster import NamesrvProcess
-from .wire import WireClient, props, pull_records, send_v2_fields, wait_until
+from .test_metrics import scrape
+from .test_mqadmin import mqadmin
+from .wire import WireClient, props, pull_fields, pull_records, send_v2_fields, wait_until
 
 FILE_SIZE = 256 * 1024  # several commit-log files: BLANK markers and file switches are replicated too
 
@@ -30,8 +38,6 @@ def pair(broker_factory, namesrv, role: str = "ASYNC_MASTER", master_extra: dict
                             extra={**common, "brokerRole": role, **(master_extra or {})})
     slave_dir = master.workdir / "slave"
     slave_dir.mkdir()
-    from conftest import BrokerProcess  # noqa: PLC0415 - the slave needs its own directory, same brokerName
-
     slave = BrokerProcess(slave_dir, "broker-r", embedded_namesrv=False, namesrv_addr=namesrv.addr,
                           extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
     return master, slave
@@ -72,10 +78,6 @@ async def test_the_slave_log_is_byte_identical_and_serves_pulls(broker_factory, 
 
 
 async def test_consumers_read_from_the_slave_when_the_master_dies(broker_factory, namesrv):
-    from client import ConsumeResult, Message, Producer
-
-    from .client_helpers import Recorder, push_consumer, wait_for
-
     master, slave = pair(broker_factory, namesrv)
     slave.start()
     try:
@@ -95,10 +97,18 @@ async def test_consumers_read_from_the_slave_when_the_master_dies(broker_factory
         await consumer.start()
         try:
             await wait_for(lambda: len(rec.bodies) == 200, "all 200 messages from the slave", 40)
+            assert rec.bodies == {b"r-%d" % i for i in range(200)}
+            master.start()  # back: producers can send again, consumers go back to the master
+            async with Producer("repl-pg", namesrv.addr) as producer:
+                async def sent_again():
+                    try:
+                        return (await producer.send(Message("ReplConsume", b"after"))).status.name == "SEND_OK"
+                    except Exception:
+                        return False
+                await wait_for(sent_again, "a send once the master is back", 30)
+            await wait_for(lambda: b"after" in rec.bodies, "the message sent after the master came back", 40)
         finally:
             await consumer.shutdown()
-        assert rec.bodies == {b"r-%d" % i for i in range(200)}
-        assert all(result is ConsumeResult.SUCCESS for result in [ConsumeResult.SUCCESS])
     finally:
         slave.stop()
 
@@ -156,8 +166,6 @@ async def test_replication_resumes_after_the_master_restarts(broker_factory, nam
 
 
 async def test_a_slave_ahead_of_its_master_is_reported_and_kept(broker_factory, namesrv):
-    import shutil
-
     master, slave = pair(broker_factory, namesrv)
     slave.start()
     try:
@@ -177,13 +185,6 @@ async def test_a_slave_ahead_of_its_master_is_reported_and_kept(broker_factory, 
 
 
 async def test_operators_see_roles_and_lag_and_cold_reads_are_sent_to_the_slave(broker_factory, namesrv):
-    import json
-
-    from conftest import free_port
-
-    from .test_metrics import scrape
-    from .test_mqadmin import mqadmin
-
     port = free_port()
     master, slave = pair(broker_factory, namesrv, slaveReadEnable="true", accessMessageInMemoryMaxRatio=0,
                          master_extra={"metricsPort": port})
@@ -203,8 +204,6 @@ async def test_operators_see_roles_and_lag_and_cold_reads_are_sent_to_the_slave(
         assert samples[("rocketmq_replication_slaves", ())] == 1
         assert samples[("rocketmq_replication_lag_bytes", ())] == 0
         async with await WireClient.connect(master.addr) as client:
-            from .wire import pull_fields
-
             resp = await client.request(RC.PULL_MESSAGE, pull_fields("ReplOps", "repl-cold", 0, 0, suspend_ms=0))
             assert resp.code == R.SUCCESS and resp.ext_fields["suggestWhichBrokerId"] == "1"
     finally:
