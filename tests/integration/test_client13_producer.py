@@ -51,8 +51,10 @@ async def test_not_store_ok_answers_are_retried_on_another_broker_only_when_aske
         by_status.setdefault((r.status, r.message_queue.broker_name), 0)
         by_status[(r.status, r.message_queue.broker_name)] += 1
     if retry:
+        # broker-a answers FLUSH_DISK_TIMEOUT nearly always (its flush rarely finishes within 1 ms): each such
+        # answer was re-sent to broker-b, so every result is SEND_OK
         assert all(r.status is SendStatus.SEND_OK for r in results), by_status
-        assert {r.message_queue.broker_name for r in results} == {"broker-b"}, by_status
+        assert by_status.get((SendStatus.SEND_OK, "broker-b"), 0) > 10, by_status
     else:
         assert (SendStatus.FLUSH_DISK_TIMEOUT, "broker-a") in by_status, by_status
 
