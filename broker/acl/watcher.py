@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 
 from broker.acl.accounts import AclConfig, AclFileError, load_acl_file
+from broker.background import BackgroundService
 
 __all__ = ["DEFAULT_POLL_INTERVAL_S", "AclFileWatcher"]
 
@@ -29,8 +30,10 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
-class AclFileWatcher:
+class AclFileWatcher(BackgroundService):
     """Owned by the broker: ``start()`` after the first load, ``stop()`` on shutdown."""
+
+    task_name = "acl-file-watch"
 
     def __init__(self, path: str, on_change: Callable[[AclConfig], None],
                  interval_s: float = DEFAULT_POLL_INTERVAL_S) -> None:
@@ -38,20 +41,9 @@ class AclFileWatcher:
         self.on_change = on_change
         self.interval_s = interval_s
         self._stamp = _stamp(path)
-        self._task: asyncio.Task[None] | None = None
         self.reloads = 0
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="acl-file-watch")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
             try:

@@ -10,6 +10,7 @@ import logging
 import os
 from typing import Any
 
+from broker.background import BackgroundService
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.json_body import as_int
@@ -24,7 +25,9 @@ INTERVAL_S = 10.0
 REQUEST_TIMEOUT_S = 3.0
 
 
-class MetadataSync:
+class MetadataSync(BackgroundService):
+    task_name = "slave-metadata-sync"
+
     def __init__(self, *, topics: Any, groups: Any, offsets: Any, delay_offset_path: str, own_addr: str,
                  connect: Any, interval_s: float = INTERVAL_S) -> None:
         self.topics = topics
@@ -38,25 +41,17 @@ class MetadataSync:
         self.last_sync_ok = False
         self._conn: Any = None
         self._conn_addr: str | None = None
-        self._task: asyncio.Task | None = None
 
     def learn_master(self, master_addr: str | None) -> None:
         if master_addr and master_addr != self.own_addr:
             self.master_addr = master_addr
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="slave-metadata-sync")
-
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await super().stop()
         if self._conn is not None:
             self._conn.close()
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         await asyncio.sleep(FIRST_DELAY_S)
         while True:
             if self.master_addr:

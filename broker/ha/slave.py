@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+from broker.background import BackgroundService
 from protocol.ha import FrameReader, HAProtocolError, encode_report
 
 log = logging.getLogger(__name__)
@@ -24,8 +25,10 @@ RECONNECT_INTERVAL_S = 5.0
 REPORT_INTERVAL_S = 5.0
 
 
-class HASlave:
+class HASlave(BackgroundService):
     """Owned and started by the broker object of a SLAVE."""
+
+    task_name = "ha-slave"
 
     def __init__(self, store: Any, master_address: str | None = None) -> None:
         self.store = store
@@ -34,7 +37,6 @@ class HASlave:
         self.connected = False
         self.last_frame_time = 0.0
         self.master_max_seen = -1
-        self._task: asyncio.Task | None = None
         self._address_known = asyncio.Event()
         if master_address:
             self._address_known.set()
@@ -48,17 +50,7 @@ class HASlave:
         self.master_address = ha_address
         self._address_known.set()
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run_forever(), name="ha-slave")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run_forever(self) -> None:
+    async def run(self) -> None:
         while True:
             await self._address_known.wait()
             address = self.master_address

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from broker.background import BackgroundService
 from broker.store.types import MessageToStore, PutResult
 from broker.transaction.half import (
     CHECK_MAX_TOPIC,
@@ -79,7 +80,9 @@ class TransactionSettings:
     file_reserved_hours: float = 72.0
 
 
-class TransactionService:
+class TransactionService(BackgroundService):
+    task_name = "transaction-check"
+
     def __init__(self, store: _Store, offsets: _Offsets, settings: TransactionSettings, *, store_host: bytes,
                  broker_name: str, producer_channel: Callable[[str], Any | None]) -> None:
         self.store = store
@@ -99,7 +102,6 @@ class TransactionService:
         self._op_offsets: list[int] = []
         self._op_written: asyncio.Future | None = None
         self.counters = {"commits": 0, "rollbacks": 0, "checks": 0, "discards": 0}
-        self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
 
     # ------------------------------------------------------------------ start-up
@@ -227,17 +229,7 @@ class TransactionService:
         task.add_done_callback(lambda t: settle(not t.cancelled() and t.exception() is None and t.result().ok))
 
     # ------------------------------------------------------------------ check service
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run_forever(), name="transaction-check")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run_forever(self) -> None:
+    async def run(self) -> None:
         interval = self.settings.check_interval_ms / 1000.0
         while True:
             await asyncio.sleep(interval)
