@@ -137,6 +137,7 @@ class BrokerConfig:
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    warm_maped_file_enable: bool = False  # RocketMQ's spelling: allocate whole commit-log files up front
     mapped_file_size_consume_queue: int = 300_000 * CQ_UNIT_SIZE
     flush_disk_type: str = "ASYNC_FLUSH"
     flush_interval_commit_log: int = 500
@@ -251,6 +252,7 @@ class BrokerConfig:
             "replica": self.broker_role == "SLAVE",
             "commit_log_dir": self.commit_log_dir,
             "mapped_file_size_commit_log": self.mapped_file_size_commit_log,
+            "warm_mapped_file_enable": self.warm_maped_file_enable,
             "mapped_file_size_consume_queue": self.mapped_file_size_consume_queue,
             "flush_disk_type": self.flush_disk_type,
             "flush_interval_commit_log_ms": self.flush_interval_commit_log,

@@ -250,7 +250,12 @@ class MessageAppender:
                 return self._fail(PutStatus.DISK_FULL, refusal)
         queue_id = m.queue_id
         qoff = cq.max_offset
-        phys = cl.append_one(m, props, size, topic_bytes, queue_id, qoff, now)
+        try:
+            phys = cl.append_one(m, props, size, topic_bytes, queue_id, qoff, now)
+        except StoreDiskFullError as exc:  # raised before anything was written
+            _put_errors.error("disk-full", "put refused: %s", exc)
+            return self._fail(PutStatus.DISK_FULL, "service not available now: the broker's disk is full, "
+                                                   "cannot allocate store file space (%s)" % exc.strerror)
         self.last_store_timestamp = now
         tags = m.tags_code
         cq.append(phys, size, tags)

@@ -47,8 +47,10 @@ def store_timestamp_position(sys_flag: int) -> int:
 class CommitLog:
     """The commit-log files plus the write cursor."""
 
-    def __init__(self, directory: str, file_size: int, store_host: bytes) -> None:
-        self.mfq = MappedFileQueue(directory, file_size)
+    def __init__(self, directory: str, file_size: int, store_host: bytes, preallocate: bool = False) -> None:
+        # Files are sparse and get disk blocks just ahead of the writer (preallocate=True, warmMapedFileEnable:
+        # the whole file at creation); either way a full disk refuses a put before any byte is written.
+        self.mfq = MappedFileQueue(directory, file_size, preallocate=preallocate)
         self.file_size = file_size
         self.store_host = store_host
         self._cur: MappedFile | None = None
@@ -116,6 +118,7 @@ class CommitLog:
             mf = self.mfq.create_file(start)
         pos = offset - mf.file_from_offset
         if data:
+            mf.ensure_allocated(pos + len(data))
             mf.mm[pos:pos + len(data)] = data
         if pos + len(data) > mf.wrote_position:
             mf.wrote_position = pos + len(data)
@@ -138,20 +141,28 @@ class CommitLog:
         return self._cur
 
     def _ensure_space(self, sizes: list[int]) -> None:
-        """Create every file the batch will roll into before writing anything (all-or-nothing)."""
+        """Create every file the batch will roll into, with disk blocks for every byte it will write, before
+        writing anything (all-or-nothing)."""
         cur = self._cur
         if cur is None:
             cur = self._next_file()
         pos = cur.wrote_position
         start = cur.file_from_offset
         fsize = self.file_size
+        needed: dict[int, int] = {}
         for size in sizes:
             if pos + size + BLANK_MARKER_SIZE > fsize:
+                needed[start] = fsize
                 start += fsize
                 pos = 0
                 if self.mfq.find(start) is None:
                     self.mfq.create_file(start)
             pos += size
+        needed[start] = max(needed.get(start, 0), pos)
+        for file_start, end in needed.items():
+            mf = self.mfq.find(file_start)
+            if mf is not None:
+                mf.ensure_allocated(end)
 
     def append_batch(self, msgs, props_list: list[bytes], sizes: list[int], total: int, topic: str,
                      topic_bytes: bytes, queue_id: int, first_queue_offset: int, queue_offset_step: int,
@@ -165,11 +176,14 @@ class CommitLog:
             return self._append_rolling(msgs, props_list, sizes, topic_bytes, queue_id, first_queue_offset,
                                         queue_offset_step, store_timestamp, fast)
         if not fast:
+            if cur.wrote_position + total > cur.allocated_position:
+                cur.ensure_allocated(cur.wrote_position + total)
             return self._append_rolling(msgs, props_list, sizes, topic_bytes, queue_id, first_queue_offset,
                                         queue_offset_step, store_timestamp, fast)
         # Fast path: the whole batch fits the current file and uses the IPv4/V1 layout.
         pos = cur.wrote_position
         if pos + total > cur.warm_position:
+            cur.ensure_allocated(pos + total)  # StoreDiskFullError before anything is written
             cur.warm(pos + total + WARM_AHEAD)
         mm = cur.mm
         base = cur.file_from_offset
@@ -211,6 +225,7 @@ class CommitLog:
         cur = self._cur
         pos = cur.wrote_position
         if pos + size > cur.warm_position:
+            cur.ensure_allocated(pos + size)  # StoreDiskFullError before anything is written
             cur.warm(pos + size + WARM_AHEAD)
         mm = cur.mm
         body = m.body

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import errno
 import os
 import struct
 import time
@@ -112,6 +113,23 @@ def index_file_name(now_ms: int | None = None) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.localtime(secs)) + "%03d" % ms
 
 
+_ENTRY_CHUNK = 1 << 20  # entries region allocated a MiB at a time
+
+
+def _allocate_range(path: str, start: int, end: int) -> None:
+    """fallocate [start, end) of an existing file; file systems without fallocate keep it sparse."""
+    if end <= start:
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, start, end - start)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
 class IndexFile:
     """One index file. Header fields are written through to the mapping after each put."""
 
@@ -119,7 +137,10 @@ class IndexFile:
         self.path = path
         size = HEADER_SIZE + slot_num * 4 + index_num * ENTRY_SIZE
         if create:
-            _allocate(path, size)
+            # Sparse: the header and hash slots get their blocks now (they are written anywhere), the entries
+            # region just ahead of the entries written (a few MB instead of ~400 MB for an idle broker).
+            _allocate(path, size, preallocate=False)
+            _allocate_range(path, 0, HEADER_SIZE + slot_num * 4)
         elif os.path.getsize(path) < HEADER_SIZE:
             raise ValueError("index file %s is too short" % path)
         else:
@@ -150,6 +171,18 @@ class IndexFile:
             self.index_count = min(self.index_count, self.index_num)
         self.entries_base = HEADER_SIZE + self.slot_num * 4
         self.flushed_count = self.index_count
+        # Bytes known to have disk blocks (a loaded file: assume all of what is written plus one chunk).
+        self.allocated = self.entries_base if create else min(
+            self.size, self.entries_base + (self.index_count + 1) * ENTRY_SIZE)
+
+    def _ensure_entries(self, count: int) -> None:
+        """Disk blocks for entries [0, count) before they are written (OSError ENOSPC on a full disk)."""
+        end = self.entries_base + count * ENTRY_SIZE
+        if end <= self.allocated:
+            return
+        end = min(self.size, max(end, self.allocated + _ENTRY_CHUNK))
+        _allocate_range(self.path, self.allocated, end)
+        self.allocated = end
 
     @property
     def is_full(self) -> bool:
@@ -196,6 +229,7 @@ class IndexFile:
         new_slots = 0
         i = start
         n = len(hashes)
+        self._ensure_entries(min(limit, count + n - start))
         while i < n and count < limit:
             key_hash = hashes[i]
             slot_pos = HEADER_SIZE + (key_hash % slot_num) * 4
@@ -215,6 +249,8 @@ class IndexFile:
         """put_many for one entry (the caller checked the file is not full)."""
         mm = self.mm
         count = self.index_count
+        if self.entries_base + (count + 1) * ENTRY_SIZE > self.allocated:
+            self._ensure_entries(count + 1)
         slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * 4
         prev = SLOT.unpack_from(mm, slot_pos)[0]
         new_slot = prev <= 0 or prev > count

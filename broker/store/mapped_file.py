@@ -229,6 +229,13 @@ class MappedFile:
         pos = max(self.warm_position, self.wrote_position)
         if pos >= upto or self._closed:
             return
+        if upto > self.allocated_position:
+            try:
+                self.ensure_allocated(upto)
+            except StoreDiskFullError:
+                upto = min(upto, self.allocated_position)  # warming is an optimisation: only what has blocks
+                if pos >= upto:
+                    return
         fd = os.open(self.path, os.O_RDWR)
         try:
             while pos < upto:

@@ -57,7 +57,8 @@ class MessageStore(MessageAppender):
         self.config = config
         self._clock_ms = clock_ms
         self.root_dir = config.root_dir
-        self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host)
+        self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host,
+                                    preallocate=config.warm_mapped_file_enable)
         self.cq_root = os.path.join(config.root_dir, "consumequeue")
         self.consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.index: IndexService | None = (

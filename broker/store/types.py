@@ -22,6 +22,7 @@ class StoreConfig:
     commit_log_dir: str | None = None  # default <root>/commitlog
     replica: bool = False  # a slave: only append_replicated writes the log
     mapped_file_size_commit_log: int = 1073741824
+    warm_mapped_file_enable: bool = False  # commit-log files get all their disk blocks at creation
     mapped_file_size_consume_queue: int = 6_000_000
     flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH (group commit)
     flush_interval_commit_log_ms: int = 500
