@@ -8,9 +8,20 @@ import json
 import time
 
 import pytest
-
-from client import ConsumeResult, Message, MessageSelector, Producer, PullConsumer, PushConsumer, SendStatus
 from conftest import BrokerProcess
+
+from client import (
+    ConsumeResult,
+    Message,
+    MessageSelector,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    SendStatus,
+)
+from client.allocate import AllocateMessageQueueConsistentHash
+from client.instance import local_ip_towards
+from client.message import MessageQueue
 
 from .client_helpers import Recorder, push_consumer, wait_for
 
@@ -93,13 +104,30 @@ async def test_two_groups_each_get_everything(mq_broker):
         assert rec.bodies == set(sent) and not rec.duplicates()
 
 
+def splitting_instance_names(strategy: str, topic: str, namesrv: str) -> list:
+    """Two instance names whose client ids share the 8 queues between them. A hash ring may legitimately give every
+    queue to one of two random ids, so for CONSISTENT_HASH the names are chosen (bounded search) with the same
+    strategy the consumers run; the other strategies always split and keep the default random names."""
+    if strategy != "CONSISTENT_HASH":
+        return [None, None]
+    ring = AllocateMessageQueueConsistentHash()
+    queues = [MessageQueue(topic, "broker-client", i) for i in range(8)]
+    ip = local_ip_towards(namesrv.split(";")[0])
+    for attempt in range(100):
+        names = [f"split-{attempt}-a", f"split-{attempt}-b"]
+        cids = [f"{ip}@{n}" for n in names]
+        if all(ring.allocate("g", cid, queues, cids) for cid in cids):
+            return names
+    raise AssertionError("no pair of instance names splits the queues on the ring")
+
+
 @pytest.mark.parametrize("strategy", ["AVG", "AVG_BY_CIRCLE", "CONSISTENT_HASH"])
 async def test_two_consumers_in_one_group_split_the_queues(mq_broker, strategy):
     ns, topic, group = mq_broker.namesrv_addr, f"CliSplit{strategy.replace('_', '')}", f"cg-split-{strategy}"
     await produce(ns, topic, 8, prefix="warm", queue_nums=8)  # creates the topic with 8 queues
     rec = Recorder()
-    consumers = [push_consumer(group, ns, topic, rec, allocate_strategy=strategy, rebalance_interval=30)
-                 for _ in range(2)]
+    consumers = [push_consumer(group, ns, topic, rec, allocate_strategy=strategy, rebalance_interval=30,
+                               instance_name=name) for name in splitting_instance_names(strategy, topic, ns)]
     for c in consumers:
         await c.start()
     try:
