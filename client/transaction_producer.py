@@ -33,6 +33,7 @@ from typing import Any
 from client.consume_context import ListenerInfo
 from client.errors import MQClientError
 from client.message import Message, MessageExt, SendResult, SendStatus
+from client.outgoing import MessageEncoder, PreparedSend
 from client.producer import Producer
 from protocol.bodies import ClusterInfo
 from protocol.codes import RequestCode, ResponseCode
@@ -48,6 +49,7 @@ __all__ = [
     "TransactionSendResult",
     "check_answer_fields",
     "end_transaction_fields",
+    "half_message",
     "state_before_local_transaction",
 ]
 
@@ -142,6 +144,15 @@ def check_answer_fields(group: str, check: dict[str, Any], msg_id: str,
     if check.get("bname"):
         fields["bname"] = check["bname"]
     return fields
+
+
+def half_message(encoder: MessageEncoder, msg: Message, group: str) -> PreparedSend:
+    """msg encoded as the reference's half send (transactions.md §2.1): no DELAY, TRAN_MSG=true and PGROUP added
+    as internal properties (not user ones: those names are reserved), sysFlag PREPARED."""
+    prepared = encoder.prepare(msg, 0)  # 0: no DELAY property
+    prepared.props += f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02"
+    prepared.sys_flag |= _PREPARED_FLAG
+    return prepared
 
 
 def exception_remark(where: str, exc: BaseException) -> str:
@@ -264,10 +275,7 @@ class TransactionProducer(Producer):
             self._warned_delay = True
             log.warning("producer group %s: the delay level of transactional messages is dropped, as the reference "
                         "does (said once)", self.group)
-        prepared = self._encoder.prepare(msg, 0)  # 0: no DELAY property
-        # Internal properties, not user ones (user properties with reserved names are refused).
-        prepared.props += f"TRAN_MSG\x01true\x02PGROUP\x01{self.group}\x02"
-        prepared.sys_flag |= _PREPARED_FLAG
+        prepared = half_message(self._encoder, msg, self.group)
         result = await self._send_with_retries(prepared, self.send_timeout if timeout is None else timeout)
         remark = None
         state = state_before_local_transaction(result.status)
