@@ -23,7 +23,8 @@ from client.transaction_producer import (
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, decode_command, encode_command
 from protocol.ids import UniqKeyGenerator, offset_msg_id, pack_host
-from protocol.properties import decode_properties
+from protocol.message import encode_record
+from protocol.properties import decode_properties, encode_properties
 
 MQ = MessageQueue("Orders", "broker-a", 2)
 
@@ -180,3 +181,67 @@ def test_transaction_listener_object_and_bad_arguments():
         _producer(check_listener="not callable")
     with pytest.raises(ValueError, match="check_thread_pool_max"):
         _producer(check_thread_pool_max=0)
+
+
+class RecordingConnection:
+    """Stands in for the broker connection a check arrives on: keeps what the producer writes back on it."""
+
+    addr = "127.0.0.1:10911"
+
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+def check_request(group: str, uniq: str, queue_offset: int = 41, physical_offset: int = 9000) -> RemotingCommand:
+    props = {"UNIQ_KEY": uniq, "PGROUP": group, "TRAN_MSG": "true", "REAL_TOPIC": "Orders", "REAL_QID": "1",
+             "TRANSACTION_CHECK_TIMES": "1"}
+    body = encode_record(queue_id=1, flag=0, queue_offset=queue_offset, physical_offset=physical_offset, sys_flag=0,
+                         born_timestamp=5, born_host=pack_host("127.0.0.1", 9), store_timestamp=6,
+                         store_host=pack_host("127.0.0.1", 10911), reconsume_times=0, prepared_transaction_offset=0,
+                         body=b"pay-" + uniq.encode(), topic=b"Orders", properties=encode_properties(props).encode())
+    header = {"tranStateTableOffset": str(queue_offset), "commitLogOffset": str(physical_offset), "msgId": uniq,
+              "transactionId": uniq, "offsetMsgId": offset_msg_id(pack_host("127.0.0.1", 10911), physical_offset)}
+    return RemotingCommand(code=RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header, body=body, flag=2)
+
+
+def test_a_check_is_answered_on_its_connection_and_other_groups_are_ignored():
+    asked = []
+    running = [0, 0]  # now, peak
+
+    async def check(msg):
+        asked.append((msg.msg_id, msg.body, msg.topic))
+        running[0] += 1
+        running[1] = max(running)
+        await asyncio.sleep(0.05)
+        running[0] -= 1
+        if msg.msg_id == "BAD":
+            raise RuntimeError("lookup failed")
+        return LocalTransactionState.COMMIT if msg.msg_id.startswith("C") else LocalTransactionState.ROLLBACK
+
+    async def scenario():
+        producer = _producer(check_listener=check, check_thread_pool_max=2)
+        producer._started = True  # checks are only handled by a started producer; no broker is needed here
+        producer._check_slots = asyncio.Semaphore(producer.check_thread_pool_max)
+        conn = RecordingConnection()
+        for group, uniq in (("pg-unit", "C1"), ("other-group", "C2"), ("pg-unit", "R1"), ("pg-unit", "BAD"),
+                            ("pg-unit", "C3")):
+            producer._on_broker_request(conn, check_request(group, uniq))
+        await asyncio.wait_for(asyncio.gather(*producer._checks), 5)
+        return conn.sent
+
+    answers = asyncio.run(scenario())
+    assert sorted(a[0] for a in asked) == ["BAD", "C1", "C3", "R1"]  # other-group's check never reached it
+    assert ("C1", b"pay-C1", "Orders") in asked
+    assert running[1] == 2  # at most check_thread_pool_max at once
+    by_id = {cmd.ext_fields["msgId"]: cmd for cmd in answers}
+    assert sorted(by_id) == ["BAD", "C1", "C3", "R1"]
+    assert all(cmd.code == RequestCode.END_TRANSACTION for cmd in answers)
+    assert by_id["C1"].ext_fields == {
+        "producerGroup": "pg-unit", "tranStateTableOffset": 41, "commitLogOffset": 9000, "commitOrRollback": 8,
+        "fromTransactionCheck": True, "msgId": "C1", "transactionId": "C1"}
+    assert by_id["R1"].ext_fields["commitOrRollback"] == 12 and by_id["R1"].remark is None
+    assert by_id["BAD"].ext_fields["commitOrRollback"] == 0
+    assert by_id["BAD"].remark == "checkLocalTransactionState exception: RuntimeError: lookup failed"
