@@ -242,9 +242,8 @@ class TransactionProducer(Producer):
         for name, data in info.broker_addr_table.items():
             master = data.broker_addrs.get(0)
             if master:
-                known = instance.broker_addrs.setdefault(name, {})
-                known.setdefault(0, master)
-                masters.append(known[0])
+                instance.broker_addrs.setdefault(name, {})[0] = master  # fresh: follows a master that moved
+                masters.append(master)
         brokers = instance.brokers
         connecting = [brokers.connection(addr) for addr in masters if brokers.connected(addr) is None]
         for outcome in await asyncio.gather(*connecting, return_exceptions=True):
@@ -331,8 +330,9 @@ class TransactionProducer(Producer):
 
     # ------------------------------------------------------------------ checks
     def _on_broker_request(self, conn, cmd: RemotingCommand) -> None:
+        """Broker -> client requests: CHECK_TRANSACTION_STATE starts a task answering it; others go unanswered."""
         if cmd.code != RequestCode.CHECK_TRANSACTION_STATE or not self._started:
-            return None
+            return
         if len(self._checks) >= _MAX_PENDING_CHECKS:
             self._dropped_checks += 1
             now = time.monotonic()
@@ -340,11 +340,10 @@ class TransactionProducer(Producer):
                 log.warning("producer group %s: %d transaction checks pending, %d dropped so far (the broker asks "
                             "again at its next run)", self.group, len(self._checks), self._dropped_checks)
                 self._drop_logged_at = now
-            return None
+            return
         task = asyncio.get_running_loop().create_task(self._answer_check(conn, cmd))
         self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
-        return None  # one-way: never answered
+        task.add_done_callback(self._checks.discard)  # one-way: the check itself is never answered
 
     async def _answer_check(self, conn, cmd: RemotingCommand) -> None:
         header = cmd.ext_fields or {}

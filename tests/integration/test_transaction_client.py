@@ -208,6 +208,6 @@ def test_blocking_facade_sends_in_a_transaction(tx_broker):
         asyncio.run(wait_for(lambda: asked == [b"checked"], "the check of the facade's producer", 15))
     seen = asyncio.run(consumed(ns, "TxcSync", "txc-cg-sync", {b"sync", b"checked"}))
     assert seen.bodies == {b"sync", b"checked"} and seen.once()
-    with blocking.TransactionProducer("txc-sync-none", ns) as producer:
-        with pytest.raises(MQClientError, match="no local transaction"):
-            producer.send_in_transaction(Message("TxcSync", b"none"))
+    with blocking.TransactionProducer("txc-sync-none", ns) as producer, \
+            pytest.raises(MQClientError, match="no local transaction"):
+        producer.send_in_transaction(Message("TxcSync", b"none"))

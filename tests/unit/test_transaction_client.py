@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from client import LocalTransactionState, Message, MessageQueue, SendResult, SendStatus, TransactionSendResult
+from client import (
+    LocalTransactionState,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+)
 from client.outgoing import MessageEncoder
 from client.transaction_producer import (
     TransactionProducer,
