@@ -18,7 +18,7 @@ from client import (
     TransactionProducer,
 )
 from client import sync as blocking
-from tests.conftest import BrokerProcess
+from conftest import BrokerProcess
 
 from .client_helpers import push_consumer, wait_for
 
