@@ -26,7 +26,7 @@ from client.transaction_producer import LocalTransactionState, TransactionSendRe
 from client.transaction_producer import TransactionProducer as AsyncTransactionProducer
 
 __all__ = ["Producer", "TransactionProducer", "PullConsumer", "PushConsumer", "Message", "MessageSelector",
-           "ConsumeResult", "LocalTransactionState"]
+           "ConsumeResult", "LocalTransactionState", "TransactionSendResult"]
 
 Message = _message.Message
 MessageSelector = _message.MessageSelector
@@ -128,12 +128,14 @@ class Producer(_Facade):
 
 class TransactionProducer(Producer):
     """Blocking client.TransactionProducer: the local transaction and the check listener are plain functions (run
-    in the producer's thread pool), or coroutine functions."""
+    in the producer's thread pool), or coroutine functions (run on the facade's event-loop thread)."""
 
     _async_cls = AsyncTransactionProducer
 
-    def send_in_transaction(self, msg: _message.Message, arg: Any = None, **kwargs) -> TransactionSendResult:
-        return self._call(self._client.send_in_transaction(msg, arg, **kwargs))
+    def send_in_transaction(self, msg: _message.Message, arg: Any = None, local_transaction=None,
+                            **kwargs) -> TransactionSendResult:
+        """Half message, local transaction, END_TRANSACTION; returns once the decision is sent."""
+        return self._call(self._client.send_in_transaction(msg, arg, local_transaction, **kwargs))
 
 
 class PullConsumer(_Facade):
