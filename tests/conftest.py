@@ -139,6 +139,13 @@ class BrokerProcess:
     def log_text(self) -> str:
         return "".join(self.output)
 
+    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
+        """The log once it contains text (the reader thread copies the broker's output with a small lag)."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return log
+
 
 @pytest.fixture
 def broker_factory(tmp_path):

@@ -105,7 +105,8 @@ async def test_connections_over_the_limit_are_closed_and_logged_once(broker_fact
     finally:
         for client in clients:
             await client.close()
-    assert broker.log_text().count("serverMaxConnections=5 reached") == 1, broker.log_text()[-2000:]
+    log = broker.wait_for_log("serverMaxConnections=5 reached")
+    assert log.count("serverMaxConnections=5 reached") == 1, log[-2000:]
     # Closed connections free their slots (the count includes the VIP and name server ports).
     async with await WireClient.connect(broker.namesrv_addr) as again:
         resp = await again.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
