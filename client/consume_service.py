@@ -14,6 +14,11 @@ never stalls pulling. Outcomes, as in the reference client:
     pinned before it meanwhile. BROADCASTING has no retry: a warning is logged and the messages count as consumed.
   * A call that holds its messages longer than ``consume_timeout`` seconds: the messages are sent back with delay
     level 3 and the queue moves on; an ``async`` listener is cancelled, a thread's eventual result is ignored.
+    One sweep per second (or per consume_timeout / 10 when shorter) finds such calls, as the reference's
+    cleanExpireMsg does, so no timer is armed per call.
+
+The per-message path is kept short on purpose (a push consumer calls it for every message): chunks wait in a deque,
+not an asyncio.Queue; a context is made only for a listener that takes one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,8 +98,12 @@ class ConsumeService:
         self.batch_max_size = max(1, batch_max_size)
         self.clustering = clustering
         self.retry_topic = RETRY_PREFIX + group
-        self._queue: asyncio.Queue[tuple[ProcessQueue, list[MessageExt]]] = asyncio.Queue()
+        self._chunks: deque[tuple[ProcessQueue, list[MessageExt]]] = deque()
+        self._wake: list[asyncio.Future] = []  # one future per worker waiting for a chunk
         self._workers: list[asyncio.Task] = []
+        self._started: list[float] = []  # per worker: loop time its listener call began, 0.0 when not in one
+        self._expiring: set[int] = set()  # workers cancelled by the sweep for holding a chunk too long
+        self._sweeper: asyncio.TimerHandle | None = None
         self._busy = 0
         self._idle: asyncio.Event = asyncio.Event()
         self._idle.set()
@@ -108,9 +118,11 @@ class ConsumeService:
         self.running = True
         if not self.listener_info.is_async:
             self._pool = ThreadPoolExecutor(self.thread_max, thread_name_prefix=f"consume-{self.group}")
+        self._started = [0.0] * self.thread_max
         self._workers = [
-            asyncio.create_task(self._worker(), name=f"consume-{self.group}-{i}") for i in range(self.thread_max)
+            asyncio.create_task(self._worker(i), name=f"consume-{self.group}-{i}") for i in range(self.thread_max)
         ]
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval(), self._sweep)
 
     async def shutdown(self, grace: float) -> None:
         """Hand back queued chunks (their offsets stay uncommitted), let running listeners finish within grace."""
@@ -118,8 +130,10 @@ class ConsumeService:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        while not self._queue.empty():
-            self._queue.get_nowait()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._chunks.clear()
         if self._busy:
             if not await wait_event(self._idle, grace):
                 log.warning("group %s: %d consume call(s) still running after %.1fs; their messages will be "
@@ -134,34 +148,53 @@ class ConsumeService:
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        return len(self._chunks)
 
     # ------------------------------------------------------------------ intake
     def submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
         """Queue a pulled batch (already recorded in pq) for consumption, in chunks of batch_max_size."""
         if pq.mq.topic == self.retry_topic:
             restore_retry_topics(messages)
-        put = self._queue.put_nowait
+        chunks = self._chunks
         size = self.batch_max_size
         if size == 1:
-            for m in messages:
-                put((pq, [m]))
+            chunks.extend([(pq, [m]) for m in messages])
         elif len(messages) <= size:
-            put((pq, messages))
+            chunks.append((pq, messages))
         else:
-            for i in range(0, len(messages), size):
-                put((pq, messages[i : i + size]))
+            chunks.extend([(pq, messages[i : i + size]) for i in range(0, len(messages), size)])
+        self._wake_workers()
+
+    def _put(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        self._chunks.append((pq, messages))
+        self._wake_workers()
+
+    def _wake_workers(self) -> None:
+        """Wake as many waiting workers as there are chunks (each waiter's future is resolved once)."""
+        wake = self._wake
+        n = min(len(wake), len(self._chunks))
+        if n:
+            for fut in wake[:n]:
+                if not fut.done():
+                    fut.set_result(None)
+            del wake[:n]
 
     # ------------------------------------------------------------------ consuming
-    async def _worker(self) -> None:
-        get = self._queue.get
+    async def _worker(self, index: int) -> None:
+        chunks = self._chunks
         consume = self.consume
+        loop = asyncio.get_running_loop()
         while True:
-            pq, messages = await get()
+            if not chunks:
+                waiter = loop.create_future()
+                self._wake.append(waiter)
+                await waiter
+                continue
+            pq, messages = chunks.popleft()
             self._busy += 1
             self._idle.clear()
             try:
-                await consume(pq, messages)
+                await consume(pq, messages, index)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not kill the worker
@@ -171,24 +204,57 @@ class ConsumeService:
                 if not self._busy:
                     self._idle.set()
 
-    async def consume(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
-        """Run the listener on one chunk and settle the outcome."""
+    def _sweep_interval(self) -> float:
+        return max(0.05, min(1.0, self.consume_timeout / 10))
+
+    def _sweep(self) -> None:
+        """Cancel listener calls older than consume_timeout (their worker sends the messages back)."""
+        self._sweeper = None
+        if not self.running:
+            return
+        loop = asyncio.get_running_loop()
+        limit = loop.time() - self.consume_timeout
+        for index, started in enumerate(self._started):
+            if started and started <= limit and index not in self._expiring:
+                self._expiring.add(index)
+                self._workers[index].cancel()
+        self._sweeper = loop.call_later(self._sweep_interval(), self._sweep)
+
+    async def consume(self, pq: ProcessQueue, messages: list[MessageExt], worker: int = -1) -> None:
+        """Run the listener on one chunk and settle the outcome (worker: the calling worker's index, so the sweep
+        can cancel a call that holds the chunk past consume_timeout)."""
         if pq.dropped:
             return  # the queue moved to another consumer: it resumes from the committed offset
-        context = ConsumeConcurrentlyContext(pq.mq)
-        deadline = asyncio.timeout(self.consume_timeout)  # cancels an async listener; a thread's result is dropped
+        info = self.listener_info
+        context = ConsumeConcurrentlyContext(pq.mq) if info.takes_context else None
+        started = self._started
+        if worker >= 0:
+            started[worker] = asyncio.get_running_loop().time() or 1e-9
         try:
-            async with deadline:
-                result = await invoke_listener(self.listener_info, messages, context, self._pool)
+            if self._pool is None and not info.takes_context:
+                result = info.listener(messages)
+                if info.is_async or inspect.isawaitable(result):
+                    result = await result
+            else:
+                result = await invoke_listener(info, messages, context, self._pool)
         except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                await self._expire(pq, messages)
-                return
+            if worker < 0 or worker not in self._expiring:
+                raise
+            self._expiring.discard(worker)
+            started[worker] = 0.0
+            asyncio.current_task().uncancel()
+            await self._expire(pq, messages)
+            return
+        except Exception:
             log.exception("listener of group %s raised on %d message(s); treating as RECONSUME_LATER",
                           self.group, len(messages))
             result = ConsumeResult.RECONSUME_LATER
+        finally:
+            if worker >= 0:
+                started[worker] = 0.0
+        if result is ConsumeResult.SUCCESS and (context is None or context.ack_index >= len(messages) - 1):
+            self._advance(pq, messages)
+            return
         if result is None:
             self.listener_info.warn_none_once(self.group, "RECONSUME_LATER")
             result = ConsumeResult.RECONSUME_LATER
@@ -208,7 +274,8 @@ class ConsumeService:
                         self.group, len(failed), failed[0].msg_id)
             self._advance(pq, messages)
             return
-        await self._send_back_or_retry(pq, messages, failed, context.delay_level_when_next_consume)
+        delay_level = context.delay_level_when_next_consume if context is not None else 0
+        await self._send_back_or_retry(pq, messages, failed, delay_level)
 
     async def _send_back_or_retry(self, pq: ProcessQueue, messages: list[MessageExt], failed: list[MessageExt],
                                   delay_level: int) -> None:
@@ -245,7 +312,7 @@ class ConsumeService:
         def resubmit() -> None:
             self._timers.discard(timer)
             if self.running and not pq.dropped:
-                self._queue.put_nowait((pq, messages))
+                self._put(pq, messages)
 
         timer = loop.call_later(LOCAL_RETRY_DELAY, resubmit)
         self._timers.add(timer)

@@ -352,7 +352,7 @@ async def test_concurrent_refused_send_back_counts_the_retry_locally(monkeypatch
     [(delay, fn)] = scheduled
     assert delay == 5.0
     fn()
-    again_pq, again = svc._queue.get_nowait()
+    again_pq, again = svc._chunks.popleft()
     await svc.consume(again_pq, again)
     assert seen == [0, 1] and svc.offset_store.offsets[MQ] == 4
 

@@ -157,7 +157,7 @@ async def test_failed_send_back_pins_offset_and_reconsumes_locally(monkeypatch):
     assert delay == 5.0
     fn(*args)
     assert svc.queued == 1
-    again_pq, again = svc._queue.get_nowait()
+    again_pq, again = svc._chunks.popleft()
     await svc.consume(again_pq, again)
     assert calls == [7, 7] and svc.offset_store.offsets[pq.mq] == 8
 
@@ -166,7 +166,7 @@ def test_retry_topic_messages_get_their_original_topic_back():
     svc = make_service(lambda batch: ConsumeResult.SUCCESS)
     batch = msgs([0], topic=b"%RETRY%cg", props="RETRY_TOPIC\x01Orders\x02")
     svc.submit(ProcessQueue(MessageQueue("%RETRY%cg", "b", 0)), batch)
-    _pq, chunk = svc._queue.get_nowait()
+    _pq, chunk = svc._chunks.popleft()
     assert chunk[0].topic == "Orders"
 
 
@@ -178,7 +178,7 @@ def test_submit_cuts_batches_of_batch_max_size():
     svc.submit(pq, batch)
     sizes = []
     while svc.queued:
-        sizes.append(len(svc._queue.get_nowait()[1]))
+        sizes.append(len(svc._chunks.popleft()[1]))
     assert sizes == [3, 3, 1]
 
 
