@@ -69,6 +69,10 @@ async def _serve(config) -> int:
         return EXIT_CONFIG_ERROR
     try:
         await broker.start()
+    except ConfigError as exc:  # a port in use, an unusable store directory: one line naming the key
+        print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
+        await broker.shutdown()
+        return EXIT_CONFIG_ERROR
     except StoreLockedError as exc:
         print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
         await broker.shutdown()
@@ -77,8 +81,10 @@ async def _serve(config) -> int:
         print(f"mqbroker: {exc}", file=sys.stderr, flush=True)
         await broker.shutdown()
         return EXIT_STORE_FILE_ERROR
-    except Exception as exc:
-        log.error("broker failed to start: %s", exc, exc_info=True)
+    except Exception as exc:  # unexpected: one line for the operator, the traceback at DEBUG for a bug report
+        print(f"mqbroker: failed to start: {exc.__class__.__name__}: {exc} (run with -l DEBUG for the traceback)",
+              file=sys.stderr, flush=True)
+        log.debug("start-up failure", exc_info=True)
         await broker.shutdown()
         return 1
     # Tests and operators wait for this exact line; print it so it appears even when logging is quiet.

@@ -9,9 +9,11 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.config import ConfigError, BrokerConfig
@@ -43,6 +45,40 @@ log = logging.getLogger(__name__)
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
 
+
+
+def bind_problem(key: str, host: str, port: int, exc: OSError) -> str:
+    """One line for a listener that cannot bind: which key, which address, what to do."""
+    where = f"{host or '0.0.0.0'}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{key} {port} is already in use ({where}): stop the program listening there "
+                f"(another broker?) or set another {key}")
+    if exc.errno == errno.EACCES:
+        return f"{key} {port}: permission denied to listen on {where}: use a port above 1023 or run with the right"\
+               " privileges"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{key} {port}: {host} is not an address of this machine (check listenHost)"
+    return f"{key} {port}: cannot listen on {where}: {exc.strerror or exc}"
+
+
+def store_path_problem(root: str, exc: OSError) -> str:
+    """One line for a store directory that cannot be used."""
+    path = exc.filename or root
+    if exc.errno == errno.EEXIST or exc.errno == errno.ENOTDIR:
+        why = f"{path} is a file, not a directory"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = f"{path} is not writable ({exc.strerror})"
+    else:
+        why = f"{path}: {exc.strerror or exc}"
+    return f"storePathRootDir {root}: {why}: point storePathRootDir at a writable directory"
+
+
+async def listen(key: str, host: str, port: int, start: Callable[[], Awaitable[None]]) -> None:
+    """Start one listener; failing to bind is a ConfigError naming its key (one line, exit code 2)."""
+    try:
+        await start()
+    except OSError as exc:
+        raise ConfigError(bind_problem(key, host, port, exc), key) from None
 
 class Broker:
     """One broker process worth of state and services."""
@@ -135,8 +171,11 @@ class Broker:
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
-        self.store.lock()  # before reading or writing anything under the store directory
-        os.makedirs(cfg.config_dir, exist_ok=True)
+        try:
+            self.store.lock()  # before reading or writing anything under the store directory
+            os.makedirs(cfg.config_dir, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(store_path_problem(cfg.store_path_root_dir, exc), "storePathRootDir") from None
         self.topic_config_manager.load()
         self.subscription_group_manager.load()
         self.consumer_offset_manager.load()
@@ -165,9 +204,9 @@ class Broker:
             self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length,
                                       guard=self.connection_guard, acl_validator=self.acl_validator,
                                       tls=self.tls, ssl_context=self.ssl_context)
-            await self.namesrv.start()
+            await listen("namesrvListenPort", cfg.listen_host, cfg.namesrv_listen_port, self.namesrv.start)
             local_routes = self.namesrv.route_info
-        await self.server.start()
+        await listen("listenPort", cfg.listen_host, cfg.listen_port, self.server.start)
         await self._start_vip_server()
         if self.ha_master is not None:
             await self._start_ha_master()
@@ -181,7 +220,7 @@ class Broker:
             self.acl_watcher.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
-        await self.metrics.start()
+        await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
         """A slave's registration answer names its master: replicate from it and copy its metadata."""

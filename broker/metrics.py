@@ -176,12 +176,8 @@ class BrokerMetrics:
         except Exception:  # pragma: no cover - platform without /proc
             pass
         cfg = self.broker.config
-        try:
-            self._http = await asyncio.start_server(self._serve_http, cfg.metrics_host, cfg.metrics_port,
-                                                    reuse_address=True)
-        except OSError as exc:
-            raise RuntimeError(f"metricsHost/metricsPort {cfg.metrics_host}:{cfg.metrics_port} unavailable: "
-                               f"{exc.strerror or exc}") from None
+        self._http = await asyncio.start_server(self._serve_http, cfg.metrics_host, cfg.metrics_port,
+                                                reuse_address=True)
         log.info("metrics (Prometheus text format) on http://%s/metrics", self.bind_addr)
 
     @property

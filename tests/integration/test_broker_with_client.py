@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-client_mod = pytest.importorskip("client")
-from client import Message, Producer, PullConsumer, PullStatus, SendStatus  # noqa: E402
+from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 
 
 @pytest.mark.parametrize("msgpack", [False, True])

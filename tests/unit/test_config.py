@@ -205,7 +205,6 @@ def test_to_properties_round_trip(tmp_path):
 
 
 def test_to_store_config(tmp_path):
-    pytest.importorskip("broker.store.types")
     cfg = BrokerConfig(store_path_root_dir=str(tmp_path), broker_ip1="127.0.0.1", listen_port=10911)
     store = cfg.to_store_config()
     assert store.root_dir == str(tmp_path)

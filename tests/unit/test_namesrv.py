@@ -214,7 +214,6 @@ def test_register_request_shape(tmp_path):
 
 
 async def test_remote_registration_over_tcp(tmp_path):
-    pytest.importorskip("broker.remoting_server")
     from broker.namesrv.__main__ import NameServer
 
     server = NameServer("127.0.0.1", 0)
