@@ -540,8 +540,9 @@ class _BrokerCollector:
         files.add_metric(["consumequeue"], _dir_size(os.path.join(root, "consumequeue")))
         files.add_metric(["index"], _dir_size(os.path.join(root, "index")))
         yield files
-        ratio = GaugeMetricFamily("rocketmq_store_disk_used_ratio", "Used fraction of the store's disk")
-        ratio.add_metric([], float(getattr(store, "disk_used_ratio", 0.0) or 0.0))
+        ratio = GaugeMetricFamily("rocketmq_store_disk_used_ratio",
+                                  "Used fraction (0-1) of the file system holding the commit log")
+        ratio.add_metric([], float(getattr(store, "disk_used_ratio", 0.0) or 0.0) / 100.0)
         yield ratio
         stats = store.stats
         for name, key, doc in (

@@ -305,7 +305,7 @@ class AdminProcessor(BrokerProcessor):
             "commitLogMinOffset": stats.get("commit_log_min_offset", 0),
             "commitLogMaxOffset": stats.get("commit_log_max_offset", 0),
             "commitLogFlushedOffset": stats.get("commit_log_flushed_offset", 0),
-            "commitLogDiskRatio": round(float(stats.get("disk_used_ratio", 0.0) or 0.0), 4),
+            "commitLogDiskRatio": round(float(stats.get("disk_used_ratio", 0.0) or 0.0) / 100.0, 4),  # a fraction
             "topicCount": len(self.topics.topic_names()),
             "consumerGroupCount": len(self.consumers.groups),
             "producerGroupCount": len(broker.producer_manager.group_names()),

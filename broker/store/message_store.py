@@ -93,6 +93,7 @@ class MessageStore(MessageAppender):
 
         A store that cannot be opened raises StoreFileError with a one-line reason (no traceback for users)."""
         self.lock()
+        self.disk_used_ratio = disk_used_ratio(self.config.commit_log_path)  # from boot, not after the first put
         abnormal = os.path.exists(self.abort_path)
         try:
             self.checkpoint.load()

@@ -29,7 +29,11 @@ _REPORT_MAX_TOPICS = 3
 
 
 def disk_used_ratio(path: str) -> float:
-    """Used space of the file system holding ``path`` in percent (like Java's getTotalSpace-getFreeSpace)."""
+    """Used space of the file system holding ``path`` in percent (like Java's getTotalSpace-getFreeSpace); a path
+    not created yet (the commit log before its first file) is measured at its nearest existing parent."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
     try:
         st = os.statvfs(path)
     except OSError:

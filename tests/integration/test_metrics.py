@@ -82,6 +82,7 @@ async def test_metrics_after_traffic(broker_factory):
         assert m[("rocketmq_connections", ())] >= 1
         assert m[("rocketmq_store_commitlog_bytes", ())] > 600
         assert m[("rocketmq_store_size_bytes", (("part", "commitlog"),))] > 0
+        assert 0.0 < m[("rocketmq_store_disk_used_ratio", ())] < 1.0  # a fraction, as brokerStatus's commitLogDiskRatio
         assert m[("rocketmq_flush_latency_seconds_count", ())] > 0
 
         await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("MTopic", 0), b"wake")

@@ -139,6 +139,10 @@ async def test_cluster_and_broker_status(shared_broker):
     status = ok_json(ns, "brokerStatus")
     info = status[shared_broker.addr]
     assert info["brokerName"] == "broker-shared" and int(info["commitLogMaxOffset"]) >= 0
+    # a fraction as in the reference broker, right from boot (the store's file system as statvfs sees it)
+    st = os.statvfs(shared_broker.store_dir)
+    used = (st.f_blocks - st.f_bfree) / st.f_blocks
+    assert 0.0 < float(info["commitLogDiskRatio"]) < 1.0 and abs(float(info["commitLogDiskRatio"]) - used) < 0.05
     one = mqadmin(ns, "brokerStatus", "-b", shared_broker.addr)
     assert one.returncode == 0 and "msgPutTotalTodayNow" in one.stdout
     assert mqadmin(ns, "brokerStatus", "-c", "NoSuchCluster").returncode == 4
