@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import ssl
 import sys
@@ -251,15 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(run(args))
     except AdminError as exc:
-        print(f"mqadmin {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        report_error(args, str(exc), exc.exit_code, getattr(exc, "code", None), getattr(exc, "remark", None))
         return exc.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `mqadmin printMsg ... | head`
         return 0
     except Exception as exc:  # a bug or an unexpected answer: one line, not a traceback
-        print(f"mqadmin {args.command}: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        report_error(args, f"unexpected error: {type(exc).__name__}: {exc}", 1)
         return 1
+
+
+def report_error(args: argparse.Namespace, message: str, exit_code: int, code: int | None = None,
+                 remark: str | None = None) -> None:
+    """One line on stderr; with --json also a JSON object on stdout, so scripts parse failures like results."""
+    print(f"mqadmin {args.command}: error: {message}", file=sys.stderr, flush=True)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "code": code, "remark": remark, "exitCode": exit_code,
+                          "command": args.command}, ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from client.admin import AdminClient, AdminError, NotFoundError, RequestFailedError, UnreachableError
-from client.admin.format import body_text, dump_json, format_time, key_values, message_json, print_message, table
+from client.admin.format import (body_text, dump_json, format_time, key_values, message_json, numbers_as_numbers,
+                                 print_message, table)
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.message import MessageRecord
 
@@ -356,7 +357,7 @@ async def broker_status(admin: AdminClient, args: argparse.Namespace) -> int:
     for name, addr in (await _targets(admin, args)).items():
         results[addr] = await admin.runtime_info(addr)
     if args.json:
-        _out(args, results)
+        _out(args, {addr: numbers_as_numbers(info) for addr, info in results.items()})
         return 0
     for i, (addr, info) in enumerate(results.items()):
         if len(results) > 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import Any, Iterable, Sequence, TextIO
@@ -56,6 +57,23 @@ def key_values(pairs: Iterable[tuple[str, Any]], out: TextIO | None = None) -> N
     width = max((len(k) for k, _ in items), default=0)
     for key, value in items:
         print(f"{key.ljust(width)} : {value}", file=out)
+
+
+_INT_TEXT = re.compile(r"-?\d+")
+_FLOAT_TEXT = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
+
+
+def numbers_as_numbers(table: dict[str, Any]) -> dict[str, Any]:
+    """A broker's key/value table (all strings on the wire) with the values that are one number as JSON numbers."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, str):
+            if _INT_TEXT.fullmatch(value):
+                value = int(value)
+            elif _FLOAT_TEXT.fullmatch(value):
+                value = float(value)
+        out[key] = value
+    return out
 
 
 def dump_json(obj: Any, out: TextIO | None = None) -> None:
