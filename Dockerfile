@@ -31,7 +31,7 @@ RUN sed -i -E '/^[[:space:]]*(storePathRootDir|storePathCommitLog)([[:space:]]*[
 USER rocketmq
 WORKDIR /var/lib/rocketmq
 VOLUME ["/var/lib/rocketmq/store"]
-EXPOSE 9876 10909 10911
+EXPOSE 9876 10909 10911 10912
 
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import socket; socket.create_connection(('127.0.0.1', 10911), 2).close()"]

@@ -310,15 +310,21 @@ class _ServerProtocol(asyncio.Protocol):
     def _dispatch_all(self, channel: Channel, commands: list[RemotingCommand]) -> None:
         dispatch = self._server.dispatch
         done = 0
-        for cmd in commands:
-            if self._write_blocked:  # the peer does not read: keep the rest for later
-                self._backlog = commands[done:]
-                break
-            done += 1
-            if cmd.flag & 1:
-                channel._response_arrived(cmd)
-            else:
-                dispatch(channel, cmd)
+        # Responses written while dispatching go out in the one write below: no flush callback per response.
+        was_scheduled = channel._flush_scheduled
+        channel._flush_scheduled = True
+        try:
+            for cmd in commands:
+                if self._write_blocked:  # the peer does not read: keep the rest for later
+                    self._backlog = commands[done:]
+                    break
+                done += 1
+                if cmd.flag & 1:
+                    channel._response_arrived(cmd)
+                else:
+                    dispatch(channel, cmd)
+        finally:
+            channel._flush_scheduled = was_scheduled
         if channel._pending_frames and not channel.closed:
             channel._flush()
 

@@ -5,57 +5,34 @@ connection (transactions.md)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 
 import pytest
-
 from conftest import free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 from protocol.ids import decode_offset_msg_id
-from protocol.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK, decode_record
+from protocol.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    decode_record,
+)
 
 from .test_metrics import scrape
 from .test_mqadmin import mqadmin
-from .wire import WireClient, props, pull_fields, pull_records, records, send_v2_fields, wait_until
+from .transaction_wire import GROUP, Half, end_fields, half_send  # noqa: F401 (Half used in annotations)
+from .wire import (
+    WireClient,
+    props,
+    pull_fields,
+    pull_records,
+    records,
+    send_v2_fields,
+    wait_until,
+)
 
-GROUP = "tx-pg"
 FAST = {"transactionCheckInterval": 300, "transactionTimeOut": 400, "transactionCheckMax": 3}
-_ids = itertools.count(1)
-
-
-class Half:
-    """A half message as the producer knows it from the send answer."""
-
-    def __init__(self, resp, uniq: str, topic: str, body: bytes) -> None:
-        assert resp.code == 0, resp.remark
-        self.uniq = uniq
-        self.topic = topic
-        self.body = body
-        self.queue_id = int(resp.ext_fields["queueId"])
-        self.table_offset = int(resp.ext_fields["queueOffset"])
-        self.commit_log_offset = decode_offset_msg_id(resp.ext_fields["msgId"])[2]
-
-
-async def half_send(client: WireClient, topic: str, body: bytes, *, group: str = GROUP, queue_id: int = 1,
-                    **extra: str) -> Half:
-    uniq = f"7F000001000000000000TX{next(_ids):010d}"
-    text = props(TRAN_MSG="true", PGROUP=group, TAGS="TagA", KEYS="order-1", UNIQ_KEY=uniq, WAIT="true",
-                 color="blue", **extra)
-    resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(topic, queue_id, text, group=group, sys_flag=4),
-                                body)
-    return Half(resp, uniq, topic, body)
-
-
-def end_fields(half: Half, decision: int, *, group: str = GROUP, from_check: bool = False,
-               table_offset: int | None = None, commit_log_offset: int | None = None) -> dict[str, str]:
-    return {"producerGroup": group, "tranStateTableOffset": str(half.table_offset if table_offset is None
-                                                                 else table_offset),
-            "commitLogOffset": str(half.commit_log_offset if commit_log_offset is None else commit_log_offset),
-            "commitOrRollback": str(decision), "fromTransactionCheck": "true" if from_check else "false",
-            "msgId": half.uniq}
 
 
 async def visible(client: WireClient, topic: str, queue_id: int = 1, subscription: str = "*"):

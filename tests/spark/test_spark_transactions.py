@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import BrokerProcess  # the root conftest's class, loaded by tests/spark/conftest.py
-
-from integration.test_transaction_broker import end_fields, half_send
+from conftest import (
+    BrokerProcess,  # the root conftest's class, loaded by tests/spark/conftest.py
+)
+from integration.transaction_wire import end_fields, half_send
 from integration.wire import WireClient
+
 from protocol.codes import RequestCode as RC
 
 
