@@ -42,6 +42,7 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
         "autoCreateSubscriptionGroup=true",
         "defaultTopicQueueNums=4",
         "enablePropertyFilter=true",
+        "dashboardPort=0",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

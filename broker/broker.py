@@ -26,7 +26,7 @@ from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
 from broker.metrics import BrokerMetrics
-from broker.processors import build_dispatch_table, build_processors
+from broker.processors import build_dispatch_table, build_processors, build_run_table
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster
@@ -42,6 +42,8 @@ from protocol.command import RemotingCommand
 from protocol.ids import pack_host
 
 log = logging.getLogger(__name__)
+
+DEFAULT_DASHBOARD_PORT = 8082
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
 
@@ -115,10 +117,11 @@ class Broker:
             connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length))
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
+        self.run_table = build_run_table(self.processors)
         self.boot_timestamp_ms = int(time.time() * 1000)
         # Observes send/pull/heartbeat from the dispatch layer (per request, never per message).
         self.metrics = BrokerMetrics(self)
-        self.metrics.install(self.dispatch_table, self.processors)
+        self.metrics.install(self.dispatch_table, self.processors, self.run_table)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
@@ -129,15 +132,18 @@ class Broker:
         tls_args = {"tls": self.tls, "ssl_context": self.ssl_context}
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker",
-                                     guard=self.connection_guard, request_guard=request_guard, **tls_args)
+                                     guard=self.connection_guard, request_guard=request_guard,
+                                     run_handlers=self.run_table, **tls_args)
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
         self.vip_server: RemotingServer | None = None
         if config.enable_vip_channel and config.listen_port > 2:
             self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
                                              max_frame_size=config.frame_max_length, name="broker-vip",
-                                             guard=self.connection_guard, request_guard=request_guard, **tls_args)
+                                             guard=self.connection_guard, request_guard=request_guard,
+                                             run_handlers=self.run_table, **tls_args)
         self.namesrv = None
         self.registrar = None
+        self.console: Any = None  # broker/console ConsoleServer once started
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._stopped = False
@@ -166,6 +172,8 @@ class Broker:
             parts.append(f"namesrv {self.namesrv.server.describe()}")
         if self.metrics.bind_addr:
             parts.append(f"metrics {self.metrics.bind_addr}")
+        if self.console is not None and self.console.bind_addr:
+            parts.append(f"console http://{self.console.bind_addr}/")
         return ", ".join(parts)
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -221,6 +229,7 @@ class Broker:
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
         await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
+        await self._start_console()
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
         """A slave's registration answer names its master: replicate from it and copy its metadata."""
@@ -264,6 +273,27 @@ class Broker:
                         "will fail to send", self.vip_server.port, exc.strerror or exc)
             self.vip_server = None
 
+    async def _start_console(self) -> None:
+        """The web console on dashboardPort. The default port (8082, key unset) is best effort: a second broker on
+        the machine just runs without a console; a port set in broker.conf must be free."""
+        cfg = self.config
+        port = DEFAULT_DASHBOARD_PORT if cfg.dashboard_port is None else cfg.dashboard_port
+        if port == 0:
+            return
+        from broker.console.server import ConsoleServer  # aiohttp is imported only when the console runs
+
+        console = ConsoleServer(self, cfg.dashboard_host, port)
+        if cfg.dashboard_port is None:
+            try:
+                await console.start()
+            except OSError as exc:
+                log.warning("web console not started: %s", bind_problem("dashboardPort", cfg.dashboard_host, port,
+                                                                        exc))
+                return
+        else:
+            await listen("dashboardPort", cfg.dashboard_host, port, console.start)
+        self.console = console
+
     def _spawn(self, coro, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
 
@@ -278,6 +308,12 @@ class Broker:
             await self.metrics.stop()
         except Exception:
             log.exception("stopping the metrics endpoint failed")
+        console, self.console = self.console, None
+        if console is not None:
+            try:
+                await console.stop()
+            except Exception:
+                log.exception("stopping the web console failed")
         try:
             self.processors["pull"].release_all()
         except Exception:

@@ -120,6 +120,10 @@ class BrokerConfig:
     server_channel_max_idle_time_seconds: int = 120  # connections silent this long are closed
     enable_vip_channel: bool = True  # also listen on listenPort - 2 (old Java clients send there)
     metrics_host: str = "127.0.0.1"  # project key: bind host of the metrics endpoint (loopback unless opened up)
+    # project keys: the web console (broker/console). Unset port: 8082 when free (a busy default port only warns);
+    # a port given in broker.conf must be free; 0 = off.
+    dashboard_port: int | None = None
+    dashboard_host: str = "127.0.0.1"
     # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
     tls_mode: str = "disabled"  # disabled | permissive (TLS and plaintext on one port) | enforcing
     tls_server_cert_path: str | None = None  # PEM certificate chain
@@ -308,6 +312,8 @@ class BrokerConfig:
         if self.ha_listen_port is not None:
             _check_port(self, "ha_listen_port", allow_zero=False)
         _check_port(self, "metrics_port", allow_zero=True)
+        if self.dashboard_port is not None:
+            _check_port(self, "dashboard_port", allow_zero=True)
         for attr in (
             "mapped_file_size_commit_log",
             "mapped_file_size_consume_queue",

@@ -111,6 +111,15 @@ def _response_name(code: int) -> str:
         return str(code)
 
 
+def _send_topic(cmd: RemotingCommand) -> str | None:
+    """The topic a send request names (V2 short or V1 long field), None when absent."""
+    ext = cmd.ext_fields
+    if not ext:
+        return None
+    topic = ext.get("b")
+    return str(topic) if topic is not None else (str(ext["topic"]) if "topic" in ext else None)
+
+
 class BrokerMetrics:
     """Owned by the Broker: `install()` after the dispatch table exists, `attach_store()` after the
     store is loaded, `start()`/`stop()` for the sampler and the HTTP endpoint."""
@@ -142,12 +151,22 @@ class BrokerMetrics:
         return self._http.sockets[0].getsockname()[1]
 
     # ---- wiring -------------------------------------------------------------------------------
-    def install(self, dispatch_table: dict[int, Any], processors: dict[str, Any]) -> None:
-        """Wrap the send and heartbeat handlers in place, and the pull processor's `process`."""
+    def install(self, dispatch_table: dict[int, Any], processors: dict[str, Any],
+                run_table: dict[int, Any] | None = None) -> None:
+        """Wrap the send and heartbeat handlers in place (and the send run handlers), and the pull processor's
+        `process`."""
         for code in SEND_CODES:
             handler = dispatch_table.get(int(code))
             if handler is not None:
                 dispatch_table[int(code)] = self._wrap_send(handler)
+        if run_table:
+            wrapped: dict[int, Any] = {}  # one wrapper per run handler: the server groups requests by identity
+            for code in SEND_CODES:
+                handler = run_table.get(int(code))
+                if handler is not None:
+                    if id(handler) not in wrapped:
+                        wrapped[id(handler)] = self._wrap_send_run(handler)
+                    run_table[int(code)] = wrapped[id(handler)]
         heartbeat = dispatch_table.get(int(RequestCode.HEART_BEAT))
         if heartbeat is not None:
             dispatch_table[int(RequestCode.HEART_BEAT)] = self._wrap_heartbeat(heartbeat)
@@ -215,13 +234,7 @@ class BrokerMetrics:
         reject = self._reject
         send_ok = _SEND_OK
         response_type = RemotingCommand
-
-        def send_topic(cmd: RemotingCommand) -> str | None:
-            ext = cmd.ext_fields
-            if not ext:
-                return None
-            topic = ext.get("b")
-            return str(topic) if topic is not None else (str(ext["topic"]) if "topic" in ext else None)
+        send_topic = _send_topic
 
         if not self.enabled:
             def observed_send(channel: Any, cmd: RemotingCommand) -> Any:
@@ -273,6 +286,47 @@ class BrokerMetrics:
             return result
 
         return timed_send
+
+    def _wrap_send_run(self, run_handler: Callable) -> Callable:
+        """The run form of _wrap_send: each request of the run is observed as if sent alone."""
+        reject = self._reject
+        send_ok = _SEND_OK
+        response_type = RemotingCommand
+        enabled = self.enabled
+        clock = time.perf_counter
+        histogram = self.send_latency
+        bytes_in = self.bytes_in
+
+        async def finish(channel: Any, cmd: RemotingCommand, pending: Any, started: float) -> Any:
+            result = await pending
+            if enabled:
+                histogram.observe(clock() - started)
+            observe(channel, cmd, result)
+            return result
+
+        def observe(channel: Any, cmd: RemotingCommand, result: Any) -> None:
+            if type(result) is response_type and result.code not in send_ok:
+                reject("send", channel, cmd, result, _send_topic(cmd))
+            elif enabled:
+                topic = _send_topic(cmd)
+                if topic is not None:
+                    bytes_in[topic] += len(cmd.body)
+
+        def observed_run(channel: Any, cmds: list[RemotingCommand]) -> list[Any]:
+            started = clock()
+            results = run_handler(channel, cmds)
+            elapsed = clock() - started
+            for i, (cmd, result) in enumerate(zip(cmds, results)):
+                kind = type(result)
+                if kind is bytes or kind is response_type:
+                    if enabled:
+                        histogram.observe(elapsed)
+                    observe(channel, cmd, result)
+                elif result is not None and not isinstance(result, BaseException):
+                    results[i] = finish(channel, cmd, result, started)
+            return results
+
+        return observed_run
 
     def _wrap_pull(self, process: Callable) -> Callable:
         reject = self._reject

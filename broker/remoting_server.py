@@ -42,6 +42,7 @@ _request_errors = RateLimitedLog(log)  # bad headers and failing handlers: per r
 
 HandlerResult = Union[RemotingCommand, bytes, None, Awaitable[Union[RemotingCommand, bytes, None]]]
 Handler = Callable[["Channel", RemotingCommand], HandlerResult]
+RunHandler = Callable[["Channel", list[RemotingCommand]], list[Any]]  # one result per request
 RequestGuard = Callable[["Channel", RemotingCommand], Union[RemotingCommand, None]]  # an error response refuses
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -49,6 +50,7 @@ _SEPARATE_BODY_THRESHOLD = 16 * 1024  # bodies at least this big are written wit
 _PAUSED_BY_WRITES = 1  # reasons reading from a connection is paused (bit mask)
 _PAUSED_BY_BUDGET = 2
 _SWEEP_INTERVAL_S = 1.0
+_MAX_RUN = 256  # requests handed to one run handler call at most
 
 
 def _format_peer(addr: Any) -> str:
@@ -308,21 +310,37 @@ class _ServerProtocol(asyncio.Protocol):
         self._dispatch_all(channel, commands)
 
     def _dispatch_all(self, channel: Channel, commands: list[RemotingCommand]) -> None:
-        dispatch = self._server.dispatch
+        server = self._server
+        dispatch = server.dispatch
+        run_handlers = server.run_handlers
+        count = len(commands)
         done = 0
         # Responses written while dispatching go out in the one write below: no flush callback per response.
         was_scheduled = channel._flush_scheduled
         channel._flush_scheduled = True
         try:
-            for cmd in commands:
+            while done < count:
                 if self._write_blocked:  # the peer does not read: keep the rest for later
                     self._backlog = commands[done:]
                     break
+                cmd = commands[done]
                 done += 1
                 if cmd.flag & 1:
                     channel._response_arrived(cmd)
-                else:
-                    dispatch(channel, cmd)
+                    continue
+                run_handler = run_handlers.get(cmd.code) if run_handlers and done < count else None
+                if run_handler is not None:
+                    # Consecutive requests with the same run handler go to it together (pipelined sends).
+                    end = done
+                    limit = min(count, done - 1 + _MAX_RUN)
+                    while end < limit and run_handlers.get(commands[end].code) is run_handler \
+                            and not commands[end].flag & 1:
+                        end += 1
+                    if end > done:
+                        server.dispatch_run(channel, commands[done - 1:end], run_handler)
+                        done = end
+                        continue
+                dispatch(channel, cmd)
         finally:
             channel._flush_scheduled = was_scheduled
         if channel._pending_frames and not channel.closed:
@@ -420,8 +438,11 @@ class RemotingServer:
         request_guard: RequestGuard | None = None,
         tls: TlsSettings | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        run_handlers: dict[int, RunHandler] | None = None,
     ) -> None:
         self.handlers = handlers
+        # Optional: codes whose consecutive requests (one read, one connection) are handled in one call.
+        self.run_handlers = run_handlers or {}
         # Checked before every handler when set (ACL); None costs nothing on the hot path.
         self.request_guard = request_guard
         self.host = host
@@ -538,17 +559,52 @@ class RemotingServer:
             return
         try:
             result = handler(channel, cmd)
-            if type(result) is bytes:  # a pre-encoded response frame
-                if not cmd.flag & 2:
-                    channel.write_frame(result)
+        except Exception as exc:
+            result = exc
+        self._deliver(channel, cmd, result)
+
+    def dispatch_run(self, channel: Channel, cmds: list[RemotingCommand], handler: RunHandler) -> None:
+        """Like dispatch for each of `cmds`, but the handler gets those the request guard lets through together."""
+        guard = self.request_guard
+        if guard is not None:
+            admitted = []
+            for cmd in cmds:
+                refusal = guard(channel, cmd)
+                if refusal is None:
+                    admitted.append(cmd)
+                elif not cmd.flag & 2:
+                    channel.send_response(refusal)
+            cmds = admitted
+            if not cmds:
                 return
-            if result is not None and not isinstance(result, RemotingCommand):
-                result = self._run_awaitable(channel, cmd, result)
+        try:
+            results = handler(channel, cmds)
+        except Exception as exc:  # a bug in the run handler: every request of the run is answered with it
+            results = [exc] * len(cmds)
+        deliver = self._deliver
+        for cmd, result in zip(cmds, results):
+            deliver(channel, cmd, result)
+
+    def _deliver(self, channel: Channel, cmd: RemotingCommand, result: Any) -> None:
+        """Write a handler's result: a frame, a response, an exception (as an error response) or an awaitable."""
+        kind = type(result)
+        if kind is bytes:  # a pre-encoded response frame
+            if not cmd.flag & 2:
+                channel.write_frame(result)
+            return
+        if result is None:
+            return
+        if kind is not RemotingCommand:
+            if isinstance(result, BaseException):
+                result = self._error_response(cmd, result)
+            else:
+                try:
+                    result = self._run_awaitable(channel, cmd, result)
+                except Exception as exc:
+                    result = self._error_response(cmd, exc)
                 if result is None:
                     return
-        except Exception as exc:
-            result = self._error_response(cmd, exc)
-        if result is not None and not cmd.flag & 2:
+        if not cmd.flag & 2:
             channel.send_response(result)
 
     def _run_awaitable(self, channel: Channel, cmd: RemotingCommand, awaitable: Any) -> RemotingCommand | None:

@@ -229,6 +229,32 @@ class TopicStatsTable:
 
 
 # ---------------------------------------------------------------------------------------------
+# INVOKE_BROKER_TO_RESET_OFFSET (222) answer and RESET_CONSUMER_CLIENT_OFFSET (220) body
+
+
+@dataclass(slots=True)
+class ResetOffsetBody:
+    """``{"offsetTable":{<MessageQueue object>:<offset>,...}}`` (fastjson map with object keys)."""
+
+    offset_table: dict[MessageQueue, int] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, data: Any) -> "ResetOffsetBody":
+        raw = _as_obj(data).get("offsetTable")
+        table: dict[MessageQueue, int] = {}
+        if isinstance(raw, dict):
+            for key, value in raw.items():
+                mq = _queue_from_key(key)
+                if mq is not None:
+                    table[mq] = as_int(value)
+        return cls(table)
+
+    def encode(self) -> bytes:
+        entries = ",".join(f"{_queue_key(mq)}:{int(offset)}" for mq, offset in sorted(self.offset_table.items()))
+        return ('{"offsetTable":{' + entries + "}}").encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
 # GET_CONSUME_STATS (208)
 
 

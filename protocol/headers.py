@@ -565,6 +565,16 @@ class GetConsumeStatsRequestHeader(Header):
 
 
 
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) from an admin tool, RESET_CONSUMER_CLIENT_OFFSET (220) to clients:
+    ``timestamp`` in ms, -1 meaning the queues' ends."""
+
+    topic = F("topic", str, required=True)
+    group = F("group", str, required=True)
+    timestamp = F("timestamp", int64, required=True)
+    is_force = F("isForce", bool, default=True)
+
+
 class ResendDlqMessageRequestHeader(Header):
     """Project extension RESEND_DLQ_MESSAGE (9001): re-send one dead message of ``%DLQ%<group>``.
 

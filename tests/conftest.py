@@ -64,6 +64,7 @@ class BrokerProcess:
             # small index files (4 MB instead of RocketMQ's 420 MB, pre-allocated per broker)
             "maxHashSlotNum": 50_000,
             "maxIndexNum": 200_000,
+            "dashboardPort": 0,  # the web console only where a test asks for it (its default port is shared)
         }
         if self.namesrv_port:
             settings["namesrvListenPort"] = self.namesrv_port

@@ -1,4 +1,8 @@
-"""Request processors, one module per request family, and the single dispatch table."""
+"""Request processors, one module per request family, the single dispatch table and its run table.
+
+The run table maps a request code to a handler that takes a *run* of consecutive requests read together from one
+connection (``handler(channel, cmds) -> results``, one per request): pipelined sends are stored as one batch per
+queue while each request keeps its own checks and answer."""
 
 from __future__ import annotations
 
@@ -42,5 +46,19 @@ def build_dispatch_table(processors: dict[str, Any]) -> dict[int, Any]:
         for code, handler in processor.handlers().items():
             if int(code) in table:
                 raise ValueError(f"request code {int(code)} handled by two processors (second: {name})")
+            table[int(code)] = handler
+    return table
+
+
+def build_run_table(processors: dict[str, Any]) -> dict[int, Any]:
+    """{request code: run handler} from the processors that offer ``run_handlers()``."""
+    table: dict[int, Any] = {}
+    for name, processor in processors.items():
+        offer = getattr(processor, "run_handlers", None)
+        if offer is None:
+            continue
+        for code, handler in offer().items():
+            if int(code) in table:
+                raise ValueError(f"request code {int(code)} has two run handlers (second: {name})")
             table[int(code)] = handler
     return table

@@ -1,4 +1,4 @@
-"""QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) — reference §4.5.
+"""QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15) — reference §4.5 — and INVOKE_BROKER_TO_RESET_OFFSET (222).
 
 An update is checked before it is stored: a legal group name, a queue the topic has, and an offset that can be
 a position in that queue (0..maxOffset, maxOffset meaning "everything consumed"). Java clients send updates
@@ -11,9 +11,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.log_limit import RateLimitedLog
+from protocol.admin_bodies import ResetOffsetBody
+from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import QueryConsumerOffsetRequestHeader, UpdateConsumerOffsetRequestHeader
+from protocol.headers import (
+    QueryConsumerOffsetRequestHeader,
+    ResetOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -31,6 +37,7 @@ class ConsumerOffsetProcessor(BrokerProcessor):
         return {
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
 
     def _first_message_in_store(self, topic: str, queue_id: int) -> bool:
@@ -87,3 +94,53 @@ class ConsumerOffsetProcessor(BrokerProcessor):
         _refusals.warning(("update-offset", code), "consumer offset update from %s refused (code %d): %s",
                           getattr(channel, "remote_addr", "?"), code, remark)
         return cmd.make_response(code, remark)
+
+    async def reset_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """Move a group's offsets on a topic to the first message stored at or after `timestamp` (-1: the end).
+
+        As the reference broker: per queue the new offset is taken when `isForce` or when it is behind the committed
+        one, and every online consumer of the group is sent RESET_CONSUMER_CLIENT_OFFSET with the table (it drops
+        the queues and resumes there). Unlike it, the committed offsets are also written here (persisted before the
+        answer), so a group with nobody online is reset too instead of being refused with CONSUMER_NOT_ONLINE.
+        The answer carries the table (ResetOffsetBody) and ``online`` = how many consumers were told."""
+        header = ResetOffsetRequestHeader.decode(cmd.ext_fields)
+        group, topic = header.group, header.topic
+        problem = self.group_problem(group)
+        if problem is not None:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"group: {problem}")
+        config = self.topics.get(topic)
+        if config is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = self.store
+        broker_name = self.config.broker_name
+        table: dict[MessageQueue, int] = {}
+        offsets: dict[int, int] = {}
+        for queue_id in range(config.read_queue_nums):
+            if header.timestamp == -1:
+                target = store.get_max_offset(topic, queue_id)
+            else:
+                target = max(0, store.get_offset_by_time(topic, queue_id, header.timestamp))
+            committed = self.offsets.query_offset(group, topic, queue_id)
+            offset = target if header.is_force or committed < 0 or target < committed else committed
+            table[MessageQueue(topic, broker_name, queue_id)] = offset
+            offsets[queue_id] = offset
+        self.offsets.reset_offset(group, topic, offsets)
+        try:
+            await self.offsets.persist_async()
+        except OSError as exc:
+            log.error("offsets of %s on %s reset, but persisting them failed: %s", group, topic, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"offsets reset, not persisted: {exc}")
+        body = ResetOffsetBody(table).encode()
+        told = 0
+        info = self.consumers.get_group(group)
+        if info is not None:
+            for client_channel in info.channels():
+                notice = RemotingCommand.request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    {"topic": topic, "group": group, "timestamp": str(header.timestamp),
+                     "isForce": "true" if header.is_force else "false"}, body, opaque=0)
+                if client_channel.send_oneway(notice):
+                    told += 1
+        log.info("offsets of group %s on topic %s reset to %s by %s (timestamp %d, %d consumer(s) told)", group,
+                 topic, offsets, getattr(channel, "remote_addr", "?"), header.timestamp, told)
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"online": str(told)}, body)

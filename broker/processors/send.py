@@ -58,6 +58,9 @@ _PUT_STATUS_CODES: dict[str, int] = {
 }
 
 
+_DEFERRED = object()  # send_run: this request's message waits for its queue's batch append
+
+
 class _BatchEntryRejected(ValueError):
     """One batch entry breaks a limit; the whole batch is refused with MESSAGE_ILLEGAL."""
 
@@ -105,6 +108,13 @@ class SendProcessor(BrokerProcessor):
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message_v2,
             RequestCode.SEND_BATCH_MESSAGE: self.send_batch_message,
+        }
+
+    def run_handlers(self) -> dict[int, Any]:
+        """Pipelined single sends read together are stored as one batch per queue (see send_run)."""
+        return {
+            RequestCode.SEND_MESSAGE: self.send_run,
+            RequestCode.SEND_MESSAGE_V2: self.send_run,
         }
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -193,6 +203,12 @@ class SendProcessor(BrokerProcessor):
     def _success_frame(self, cmd: RemotingCommand, result: PutResult, queue_id: int, transaction_id: str | None,
                        batch: bool) -> bytes:
         """The PUT_OK answer as a pre-encoded frame: the same bytes _response's general branch would produce."""
+        msg_ids = result.msg_ids
+        msg_id = ",".join(msg_ids) if batch else (msg_ids[0] if msg_ids else "")
+        return self._ok_frame(cmd, msg_id, queue_id, result.queue_offset, transaction_id)
+
+    def _ok_frame(self, cmd: RemotingCommand, msg_id: str, queue_id: int, queue_offset: int,
+                  transaction_id: str | None) -> bytes:
         key = (cmd.serialize_type, bool(transaction_id))
         template = self._ok_templates.get(key)
         if template is None:
@@ -201,11 +217,9 @@ class SendProcessor(BrokerProcessor):
             if transaction_id:
                 items.append(("transactionId", None))
             template = self._ok_templates[key] = ResponseTemplate(cmd.serialize_type, ResponseCode.SUCCESS, items)
-        msg_ids = result.msg_ids
-        msg_id = ",".join(msg_ids) if batch else (msg_ids[0] if msg_ids else "")
         if transaction_id:
-            return template.encode(cmd.opaque, msg_id, str(queue_id), str(result.queue_offset), transaction_id)
-        return template.encode(cmd.opaque, msg_id, str(queue_id), str(result.queue_offset))
+            return template.encode(cmd.opaque, msg_id, str(queue_id), str(queue_offset), transaction_id)
+        return template.encode(cmd.opaque, msg_id, str(queue_id), str(queue_offset))
 
     # ---- single message ---------------------------------------------------------------------
     def send_message(self, channel: Any, cmd: RemotingCommand):
@@ -214,7 +228,62 @@ class SendProcessor(BrokerProcessor):
     def send_message_v2(self, channel: Any, cmd: RemotingCommand):
         return self._send_one(channel, cmd, _decode_send_header(cmd, prefer_v2=True))
 
-    def _send_one(self, channel: Any, cmd: RemotingCommand, header: SendMessageRequestHeader):
+    def send_run(self, channel: Any, cmds: list[RemotingCommand]) -> list[Any]:
+        """Single sends read together from one connection: each is checked and answered on its own, but the plain
+        ASYNC_FLUSH ones are stored with one append per queue. Returns one result per request, as the single
+        handlers would (an exception object where one raised). SYNC_FLUSH / SYNC_MASTER brokers take the
+        single path: their acknowledgement waits differ per message."""
+        results: list[Any] = []
+        if self._sync_flush or self._sync_master:
+            deferred = None
+        else:
+            deferred = []
+        v2 = RequestCode.SEND_MESSAGE_V2
+        for cmd in cmds:
+            try:
+                header = _decode_send_header(cmd, prefer_v2=cmd.code == v2)
+                results.append(self._send_one(channel, cmd, header, deferred))
+            except Exception as exc:  # noqa: BLE001 - answered per request by the server
+                results.append(exc)
+        if deferred:
+            answers = self._store_deferred(deferred)
+            pending = iter(answers)
+            results = [next(pending) if result is _DEFERRED else result for result in results]
+        return results
+
+    def _store_deferred(self, deferred: list[tuple[RemotingCommand, MessageToStore, str]]) -> list[Any]:
+        """One append per (topic, queue), answers in request order. A batch the store refuses is retried message
+        by message, so each request gets exactly the answer it would have had alone."""
+        store = self.store
+        answers: list[Any] = [None] * len(deferred)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for k, (_cmd, message, _uniq) in enumerate(deferred):
+            key = (message.topic, message.queue_id)
+            members = groups.get(key)
+            if members is None:
+                groups[key] = [k]
+            else:
+                members.append(k)
+        for members in groups.values():
+            if len(members) > 1:
+                result = store._append([deferred[k][1] for k in members])
+                if result.status is PutStatus.PUT_OK:
+                    msg_ids = result.msg_ids
+                    first = result.queue_offset
+                    ok_frame = self._ok_frame
+                    for n, k in enumerate(members):
+                        cmd, message, uniq_key = deferred[k]
+                        answers[k] = ok_frame(cmd, msg_ids[n], message.queue_id, first + n, uniq_key)
+                    continue
+            for k in members:
+                cmd, message, uniq_key = deferred[k]
+                answers[k] = self._response(cmd, store._append_one(message), message.queue_id, uniq_key, batch=False)
+        return answers
+
+    def _send_one(self, channel: Any, cmd: RemotingCommand, header: SendMessageRequestHeader,
+                  deferred: list | None = None):
+        """Check and build the message, then store it; with `deferred` (a run, ASYNC_FLUSH), a plain message is
+        added there and _DEFERRED returned: send_run stores it with the others of its queue."""
         topic_config, error = self._check_topic(channel, cmd, header)
         if error is not None:
             return error
@@ -306,6 +375,9 @@ class SendProcessor(BrokerProcessor):
             return self._put_half(cmd, message, props, committed_text, queue_id, uniq_key)
         if self._sync_master:
             return self._put_replicated(cmd, message, queue_id, uniq_key)
+        if deferred is not None:
+            deferred.append((cmd, message, uniq_key))
+            return _DEFERRED
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)

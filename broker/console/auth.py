@@ -1,0 +1,85 @@
+"""Console sign-in when ACL is on: an account of the ACL file (access key + secret key) opens a session.
+
+Every signed-in account may look; only accounts with ``admin: true`` may change things. Without ACL the console
+is open to whoever reaches its port, which is loopback only unless dashboardHost says otherwise."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+SESSION_COOKIE = "mqconsole"
+SESSION_TTL_S = 8 * 3600
+MAX_SESSIONS = 10_000
+
+
+@dataclass(slots=True)
+class Session:
+    access_key: str
+    admin: bool
+    expires_at: float
+    secret_digest: bytes = b""  # the secret signed in with: a changed secret ends the session
+
+
+class ConsoleAuth:
+    """Sessions keyed by a random token (the cookie). `accounts` returns the ACL's current accounts (reloads are
+    seen at once: a removed account or a changed secret ends its sessions at their next request)."""
+
+    def __init__(self, accounts: Callable[[], dict[str, Any]] | None) -> None:
+        self._accounts = accounts
+        self._sessions: dict[str, Session] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self._accounts is not None
+
+    def login(self, access_key: str, secret_key: str) -> tuple[str, Session] | None:
+        """A new session token for a valid account, else None (the same answer for a wrong key or secret)."""
+        if self._accounts is None:
+            return None
+        account = self._accounts().get(access_key)
+        if account is None or not hmac.compare_digest(str(account.secret_key).encode(), secret_key.encode()):
+            return None
+        self._expire(time.monotonic())
+        if len(self._sessions) >= MAX_SESSIONS:
+            oldest = min(self._sessions, key=lambda token: self._sessions[token].expires_at)
+            del self._sessions[oldest]
+        token = secrets.token_urlsafe(32)
+        session = self._sessions[token] = Session(access_key, bool(account.admin), time.monotonic() + SESSION_TTL_S,
+                                                  _digest(secret_key))
+        return token, session
+
+    def logout(self, token: str | None) -> None:
+        if token:
+            self._sessions.pop(token, None)
+
+    def session(self, token: str | None) -> Session | None:
+        """The live session of `token`, checked against the accounts as they are now."""
+        if self._accounts is None:
+            return Session("", True, float("inf"))  # no ACL: everyone is an operator
+        if not token:
+            return None
+        session = self._sessions.get(token)
+        if session is None:
+            return None
+        if session.expires_at < time.monotonic():
+            del self._sessions[token]
+            return None
+        account = self._accounts().get(session.access_key)
+        if account is None or _digest(str(account.secret_key)) != session.secret_digest:
+            del self._sessions[token]
+            return None
+        session.admin = bool(account.admin)
+        return session
+
+    def _expire(self, now: float) -> None:
+        for token in [t for t, s in self._sessions.items() if s.expires_at < now]:
+            del self._sessions[token]
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()

@@ -1,0 +1,284 @@
+"""The web console's HTTP side (aiohttp): static pages shipped in the package and a JSON API under /api.
+
+Owned by the broker: `start()` binds dashboardHost:dashboardPort and starts the counter history, `stop()` closes
+both. Every change is a POST/DELETE with a JSON body (a page of another site cannot send one without the browser
+asking first), allowed to admins only when ACL is on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from aiohttp import web
+
+from broker.console.auth import SESSION_COOKIE, SESSION_TTL_S, ConsoleAuth
+from broker.console.history import CounterHistory, Sample, now_ms
+from broker.console.views import ConsoleError, ConsoleViews
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).with_name("static")
+MAX_REQUEST_BYTES = 64 * 1024
+_SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _int_arg(request: web.Request, name: str, default: int | None = None) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise ConsoleError(400, f"query parameter '{name}' is required")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConsoleError(400, f"query parameter '{name}' must be a whole number, got {raw!r}") from None
+
+
+class ConsoleServer:
+    """The console of one broker."""
+
+    def __init__(self, broker: "Broker", host: str, port: int, *, sample_interval_s: float = 10.0) -> None:
+        self.host = host
+        self.port = port
+        self.views = ConsoleViews(broker)
+        validator = broker.acl_validator
+        self.auth = ConsoleAuth((lambda: validator.config.accounts) if validator is not None else None)
+        self.history = CounterHistory(self._sample, sample_interval_s)
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self.bind_addr: str | None = None
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind (OSError when the port is taken) and start sampling."""
+        app = web.Application(middlewares=[self._guard], client_max_size=MAX_REQUEST_BYTES)
+        self._routes(app)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True, backlog=128)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
+        sockets = getattr(site._server, "sockets", None) or []  # the real port when 0 was asked for
+        if sockets:
+            host, port = sockets[0].getsockname()[:2]
+            self.port = port
+            self.bind_addr = f"{host}:{port}"
+        self._sampler = asyncio.get_running_loop().create_task(self.history.run(), name="console-history")
+
+    async def stop(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    def _sample(self) -> Sample:
+        views = self.views
+        stats = views.store.stats
+        topics = {name: views.written_count(name) for name in views.topics.topic_names()}
+        lags = {group: views.group_lag(group) for group in views.consuming_groups()}
+        return Sample(now_ms(), int(stats.get("put_messages", 0)), int(stats.get("get_messages", 0)), topics, lags)
+
+    # ---- plumbing -------------------------------------------------------------------------------
+    def _routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/", self._index)
+        r.add_static("/static/", STATIC_DIR, show_index=False, follow_symlinks=False)
+        r.add_get("/api/session", self._session)
+        r.add_post("/api/login", self._login)
+        r.add_post("/api/logout", self._logout)
+        r.add_get("/api/overview", self._overview)
+        r.add_get("/api/rates", self._rates)
+        r.add_get("/api/topics", self._topics)
+        r.add_post("/api/topics", self._save_topic)
+        r.add_get("/api/topics/{topic}", self._topic)
+        r.add_delete("/api/topics/{topic}", self._delete_topic)
+        r.add_get("/api/groups", self._groups)
+        r.add_get("/api/groups/{group}", self._group)
+        r.add_post("/api/groups/{group}/reset", self._reset)
+        r.add_get("/api/messages", self._search)
+        r.add_get("/api/messages/{offset}", self._message)
+        r.add_get("/api/dlq/{group}", self._dlq)
+        r.add_post("/api/dlq/{group}/resend", self._resend)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Sign-in, admin-only changes, JSON errors and the security headers, for every request."""
+        try:
+            path = request.path
+            if path.startswith("/api/") and path not in ("/api/session", "/api/login"):
+                session = self.auth.session(request.cookies.get(SESSION_COOKIE))
+                if session is None:
+                    raise ConsoleError(401, "sign in with an account of the broker's ACL file")
+                if request.method not in ("GET", "HEAD"):
+                    if request.content_type != "application/json":
+                        raise ConsoleError(415, "changes are sent as application/json")
+                    if not session.admin and path != "/api/logout":
+                        raise ConsoleError(403, f"account {session.access_key} is not an admin: it may look, "
+                                                "not change")
+                request["session"] = session
+            response = await handler(request)
+        except ConsoleError as exc:
+            response = web.json_response({"error": exc.message}, status=exc.status)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = web.json_response({"error": exc.reason}, status=exc.status)
+        except Exception as exc:  # a bug: logged with its traceback, the page gets one line
+            log.exception("console: %s %s failed", request.method, request.path)
+            response = web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
+        response.headers.update(_SECURITY_HEADERS)
+        return response
+
+    @staticmethod
+    async def _json_body(request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise ConsoleError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ConsoleError(400, "the request body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _caller(request: web.Request) -> str:
+        session = request.get("session")
+        who = getattr(session, "access_key", "") or "console"
+        return f"{who}@{request.remote or '?'}"
+
+    # ---- pages and session ----------------------------------------------------------------------
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def _session(self, request: web.Request) -> web.Response:
+        session = self.auth.session(request.cookies.get(SESSION_COOKIE))
+        return web.json_response({"aclEnabled": self.auth.enabled, "signedIn": session is not None,
+                                  "accessKey": session.access_key if session else None,
+                                  "admin": bool(session and session.admin)})
+
+    async def _login(self, request: web.Request) -> web.Response:
+        if not self.auth.enabled:
+            raise ConsoleError(400, "ACL is off on this broker: there is nothing to sign in to")
+        if request.content_type != "application/json":
+            raise ConsoleError(415, "sign-in is sent as application/json")
+        body = await self._json_body(request)
+        granted = self.auth.login(str(body.get("accessKey") or ""), str(body.get("secretKey") or ""))
+        if granted is None:
+            log.warning("console: failed sign-in for %r from %s", body.get("accessKey"), request.remote)
+            raise ConsoleError(401, "unknown access key or wrong secret key")
+        token, session = granted
+        response = web.json_response({"signedIn": True, "accessKey": session.access_key, "admin": session.admin})
+        response.set_cookie(SESSION_COOKIE, token, max_age=SESSION_TTL_S, httponly=True, samesite="Strict",
+                            secure=request.secure)
+        return response
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        self.auth.logout(request.cookies.get(SESSION_COOKIE))
+        response = web.json_response({"signedIn": False})
+        response.del_cookie(SESSION_COOKIE)
+        return response
+
+    # ---- overview -------------------------------------------------------------------------------
+    async def _overview(self, request: web.Request) -> web.Response:
+        return web.json_response(self.views.overview())
+
+    async def _rates(self, request: web.Request) -> web.Response:
+        return web.json_response({"intervalSeconds": self.history.interval_s, "points": self.history.broker_rates()})
+
+    # ---- topics ---------------------------------------------------------------------------------
+    async def _topics(self, request: web.Request) -> web.Response:
+        return web.json_response({"topics": self.views.topic_list(self.history.topic_rates())})
+
+    async def _topic(self, request: web.Request) -> web.Response:
+        return web.json_response(self.views.topic_detail(request.match_info["topic"]))
+
+    async def _save_topic(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        await self.views.save_topic(body, self._caller(request))
+        return web.json_response({"ok": True, "topic": body.get("topic")})
+
+    async def _delete_topic(self, request: web.Request) -> web.Response:
+        topic = request.match_info["topic"]
+        await self.views.delete_topic(topic, self._caller(request))
+        return web.json_response({"ok": True, "topic": topic})
+
+    # ---- groups ---------------------------------------------------------------------------------
+    async def _groups(self, request: web.Request) -> web.Response:
+        return web.json_response({"groups": self.views.group_list()})
+
+    async def _group(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        detail = await self.views.group_detail(group)
+        detail["lagHistory"] = self.history.lag_series(group)
+        return web.json_response(detail)
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        topic = str(body.get("topic") or "")
+        try:
+            timestamp = int(body.get("timestamp"))
+        except (TypeError, ValueError):
+            raise ConsoleError(400, "timestamp must be milliseconds since the epoch (or -1 for the end)") from None
+        result = await self.views.reset_offset(request.match_info["group"], topic, timestamp, self._caller(request))
+        return web.json_response(result)
+
+    # ---- messages -------------------------------------------------------------------------------
+    async def _search(self, request: web.Request) -> web.Response:
+        q = request.query
+        topic = q.get("topic", "").strip()
+        if q.get("id"):
+            return web.json_response({"messages": self.views.by_id(q["id"], topic or None), "truncated": False})
+        if q.get("key"):
+            return web.json_response({"messages": self.views.by_key(topic, q["key"]), "truncated": False})
+        if topic:
+            now = int(time.time() * 1000)
+            begin = _int_arg(request, "begin", now - 3600_000)
+            end = _int_arg(request, "end", now)
+            return web.json_response(self.views.by_time(topic, begin, end))
+        raise ConsoleError(400, "search by id (id=...), by key (topic=...&key=...) or by time "
+                                "(topic=...&begin=...&end=...)")
+
+    async def _message(self, request: web.Request) -> web.Response:
+        try:
+            offset = int(request.match_info["offset"])
+        except ValueError:
+            raise ConsoleError(400, "a message is named by its commit-log offset (a whole number)") from None
+        return web.json_response(self.views.message_detail(offset))
+
+    # ---- dead letters ---------------------------------------------------------------------------
+    async def _dlq(self, request: web.Request) -> web.Response:
+        return web.json_response(self.views.dead_letters(request.match_info["group"]))
+
+    async def _resend(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        body = await self._json_body(request)
+        if body.get("all") is True:
+            offsets = self.views.all_dead_letter_offsets(group)
+        else:
+            raw = body.get("offsets")
+            if not isinstance(raw, list) or not raw or not all(isinstance(o, int) for o in raw):
+                raise ConsoleError(400, "give 'offsets' (a list of commit-log offsets) or 'all': true")
+            offsets = raw
+        results = await self.views.resend(group, offsets, self._caller(request))
+        return web.json_response({"group": group, "results": results,
+                                  "resent": sum(1 for r in results if r["ok"])})
+

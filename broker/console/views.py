@@ -1,0 +1,481 @@
+"""What the console's pages show, read from the broker's own managers and store, as JSON-ready dicts.
+
+Reads are bounded (a search returns at most `limit` messages and examines a bounded number of queue entries), so a
+page never holds the event loop for long. Changes go through the broker's request handlers (broker/console/calls.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from broker.console.calls import AdminCallError, call_handler
+from broker.managers.subscription_group import SYSTEM_GROUPS
+from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetBody
+from protocol.codes import RequestCode, ResponseCode
+from protocol.ids import decode_offset_msg_id
+from protocol.message import MessageRecord, RecordError, decode_record, iter_records
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+SEARCH_LIMIT = 64  # messages one search returns at most
+SCAN_LIMIT = 20_000  # queue entries one time-range search examines at most
+DLQ_LIMIT = 200
+BODY_PREVIEW = 120
+MAX_BODY_SHOWN = 256 * 1024
+_COMPRESSED = 0x1
+_SYSTEM_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                  "TRANS_CHECK_MAX_TIME_TOPIC", "TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT")
+
+
+class ConsoleError(Exception):
+    """A request the console cannot serve: an HTTP status and a message for the page."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def topic_kind(topic: str) -> str:
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        return "dlq"
+    if topic in _SYSTEM_TOPICS or topic.startswith("rmq_sys_") or topic.startswith("RMQ_SYS_"):
+        return "system"
+    return "normal"
+
+
+def body_views(record: MessageRecord) -> dict[str, Any]:
+    """The body as text (when it is UTF-8), pretty JSON (when it parses), hex and base64."""
+    body = record.body
+    if record.sys_flag & _COMPRESSED:
+        try:
+            body = zlib.decompressobj().decompress(body, MAX_BODY_SHOWN)
+        except zlib.error:
+            pass
+    shown = body[:MAX_BODY_SHOWN]
+    try:
+        text = shown.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    pretty = None
+    if text is not None:
+        try:
+            pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            pretty = None
+    return {"size": len(record.body), "truncated": len(body) > MAX_BODY_SHOWN, "text": text, "json": pretty,
+            "hex": shown.hex(" "), "base64": base64.b64encode(shown).decode("ascii")}
+
+
+def record_summary(record: MessageRecord) -> dict[str, Any]:
+    props = record.properties
+    preview = record.body[:BODY_PREVIEW].decode("utf-8", "replace") if not record.sys_flag & _COMPRESSED \
+        else "(compressed)"
+    return {
+        "msgId": record.msg_id,
+        "offsetMsgId": record.offset_msg_id,
+        "topic": record.topic,
+        "queueId": record.queue_id,
+        "queueOffset": record.queue_offset,
+        "commitLogOffset": record.physical_offset,
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "storeTimestamp": record.store_timestamp,
+        "bornTimestamp": record.born_timestamp,
+        "reconsumeTimes": record.reconsume_times,
+        "bodySize": len(record.body),
+        "bodyPreview": preview,
+    }
+
+
+class ConsoleViews:
+    """The console's data, computed from `broker`'s managers and store (no second client)."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.offsets = broker.consumer_offset_manager
+        self.consumers = broker.consumer_manager
+
+    # ---- helpers --------------------------------------------------------------------------------
+    async def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
+                   caller: str = "console") -> Any:
+        try:
+            return await call_handler(self.broker.dispatch_table, code, fields, body, caller=caller)
+        except AdminCallError as exc:
+            raise ConsoleError(400 if exc.code != ResponseCode.SYSTEM_ERROR else 500,
+                               f"{exc.remark} (code {exc.code})") from None
+
+    def _queue_ids(self, topic: str) -> range:
+        config = self.topics.get(topic)
+        if config is None:
+            return range(0)
+        return range(max(config.read_queue_nums, config.write_queue_nums))
+
+    def stored_count(self, topic: str) -> int:
+        """Messages a topic holds now (max - min offsets over its queues)."""
+        store = self.store
+        return sum(store.get_max_offset(topic, q) - store.get_min_offset(topic, q) for q in self._queue_ids(topic))
+
+    def written_count(self, topic: str) -> int:
+        store = self.store
+        return sum(store.get_max_offset(topic, q) for q in self._queue_ids(topic))
+
+    def _look(self, phys: int) -> MessageRecord | None:
+        try:
+            return self.store.look_record(phys)
+        except (RecordError, ValueError):
+            return None
+
+    # ---- overview -------------------------------------------------------------------------------
+    def overview(self) -> dict[str, Any]:
+        broker = self.broker
+        info = broker.processors["admin"].runtime_info()
+        cfg = broker.config
+        brokers = []
+        namesrv = getattr(broker, "namesrv", None)
+        if namesrv is not None:
+            for cluster, names in sorted(namesrv.route_info.cluster_addr_table.items()):
+                for name in sorted(names):
+                    data = namesrv.route_info.broker_addr_table.get(name)
+                    addrs = getattr(data, "broker_addrs", {}) if data is not None else {}
+                    for broker_id, addr in sorted(addrs.items()):
+                        brokers.append({"cluster": cluster, "brokerName": name, "brokerId": broker_id,
+                                        "addr": addr})
+        if not brokers:
+            brokers.append({"cluster": cfg.broker_cluster_name, "brokerName": cfg.broker_name,
+                            "brokerId": cfg.broker_id, "addr": cfg.broker_addr})
+        return {
+            "brokerName": cfg.broker_name,
+            "clusterName": cfg.broker_cluster_name,
+            "brokerAddr": cfg.broker_addr,
+            "brokerRole": cfg.broker_role,
+            "version": info.get("brokerVersionDesc"),
+            "bootTimestamp": info.get("bootTimestamp"),
+            "uptimeSeconds": max(0, int(time.time() - (info.get("bootTimestamp") or 0) / 1000)),
+            "runtime": info.get("runtime"),
+            "storePath": cfg.store_path_root_dir,
+            "flushDiskType": cfg.flush_disk_type,
+            "diskUsedRatio": info.get("commitLogDiskRatio"),
+            "commitLogMinOffset": info.get("commitLogMinOffset"),
+            "commitLogMaxOffset": info.get("commitLogMaxOffset"),
+            "messagesIn": info.get("msgPutTotalTodayNow"),
+            "messagesOut": info.get("msgGetTotalTodayNow"),
+            "topicCount": info.get("topicCount"),
+            "consumerGroupCount": info.get("consumerGroupCount"),
+            "connectionCount": info.get("connectionCount"),
+            "brokers": brokers,
+        }
+
+    # ---- topics ---------------------------------------------------------------------------------
+    def topic_list(self, rates: dict[str, float]) -> list[dict[str, Any]]:
+        out = []
+        for name in sorted(self.topics.topic_names()):
+            config = self.topics.get(name)
+            if config is None:
+                continue
+            out.append({"topic": name, "kind": topic_kind(name), "readQueueNums": config.read_queue_nums,
+                        "writeQueueNums": config.write_queue_nums, "perm": config.perm,
+                        "messages": self.stored_count(name), "inPerSecond": round(rates.get(name, 0.0), 2)})
+        return out
+
+    def topic_detail(self, topic: str) -> dict[str, Any]:
+        config = self.topics.get(topic)
+        if config is None:
+            raise ConsoleError(404, f"topic {topic} does not exist on this broker")
+        store = self.store
+        cfg = self.broker.config
+        queues = []
+        for queue_id in self._queue_ids(topic):
+            max_offset = store.get_max_offset(topic, queue_id)
+            last = store.get_message_store_time(topic, queue_id, max_offset - 1) if max_offset > 0 else 0
+            queues.append({"queueId": queue_id, "minOffset": store.get_min_offset(topic, queue_id),
+                           "maxOffset": max_offset, "lastUpdateTimestamp": max(0, last)})
+        groups = sorted(g for g in self._groups_of_topic(topic))
+        return {"topic": topic, "kind": topic_kind(topic), "readQueueNums": config.read_queue_nums,
+                "writeQueueNums": config.write_queue_nums, "perm": config.perm, "order": config.order,
+                "topicFilterType": config.topic_filter_type, "queues": queues, "consumerGroups": groups,
+                "route": [{"brokerName": cfg.broker_name, "addr": cfg.broker_addr,
+                           "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
+                           "perm": config.perm}]}
+
+    def _groups_of_topic(self, topic: str) -> set[str]:
+        found = set()
+        for key in self.offsets.offset_table:
+            key_topic, _, group = key.rpartition("@")
+            if key_topic == topic:
+                found.add(group)
+        for group, info in self.consumers.groups.items():
+            if topic in info.subscriptions:
+                found.add(group)
+        return found
+
+    async def save_topic(self, fields: dict[str, Any], caller: str) -> None:
+        topic = str(fields.get("topic") or "").strip()
+        values = {"topic": topic, "readQueueNums": fields.get("readQueueNums", 4),
+                  "writeQueueNums": fields.get("writeQueueNums", 4), "perm": fields.get("perm", 6)}
+        for key in ("readQueueNums", "writeQueueNums", "perm"):
+            try:
+                values[key] = int(values[key])
+            except (TypeError, ValueError):
+                raise ConsoleError(400, f"{key} must be a whole number, got {values[key]!r}") from None
+        if fields.get("order") is not None:
+            values["order"] = "true" if fields.get("order") in (True, "true", "on", "1") else "false"
+        await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, values, caller=caller)
+
+    async def delete_topic(self, topic: str, caller: str) -> None:
+        if self.topics.get(topic) is None:
+            raise ConsoleError(404, f"topic {topic} does not exist on this broker")
+        await self.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}, caller=caller)
+
+    # ---- consumer groups ------------------------------------------------------------------------
+    def _group_names(self) -> list[str]:
+        names = set(self.groups.groups) | set(self.consumers.groups)
+        for key in self.offsets.offset_table:
+            names.add(key.rpartition("@")[2])
+        return sorted(n for n in names if n)
+
+    def consuming_groups(self) -> list[str]:
+        """Groups with committed offsets or online consumers (the ones a lag means something for)."""
+        names = {key.rpartition("@")[2] for key in self.offsets.offset_table} | set(self.consumers.groups)
+        return sorted(n for n in names if n and n not in SYSTEM_GROUPS)
+
+    def group_lag(self, group: str) -> int:
+        lag = 0
+        store = self.store
+        for topic in self._group_topics(group):
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                continue
+            for queue_id in self._queue_ids(topic):
+                committed = self.offsets.query_offset(group, topic, queue_id)
+                lag += max(0, store.get_max_offset(topic, queue_id) - max(0, committed))
+        return lag
+
+    def _group_topics(self, group: str) -> set[str]:
+        topics = set(self.offsets.topics_of_group(group))
+        info = self.consumers.get_group(group)
+        if info is not None:
+            topics.update(info.subscriptions)
+        return {t for t in topics if self.topics.get(t) is not None}
+
+    def group_list(self) -> list[dict[str, Any]]:
+        out = []
+        for group in self._group_names():
+            info = self.consumers.get_group(group)
+            out.append({"group": group, "online": len(info.clients) if info is not None else 0,
+                        "messageModel": info.message_model if info is not None else None,
+                        "consumeType": info.consume_type if info is not None else None,
+                        "topics": sorted(t for t in self._group_topics(group)
+                                         if not t.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                        "lag": self.group_lag(group),
+                        "retry": self.stored_count(RETRY_GROUP_TOPIC_PREFIX + group),
+                        "dlq": self.stored_count(DLQ_GROUP_TOPIC_PREFIX + group),
+                        "system": group in SYSTEM_GROUPS})
+        return out
+
+    async def group_detail(self, group: str) -> dict[str, Any]:
+        if group not in self._group_names():
+            raise ConsoleError(404, f"consumer group {group} is not known to this broker")
+        clients: list[dict[str, Any]] = []
+        subscriptions: list[dict[str, Any]] = []
+        model = consume_type = None
+        try:
+            response = await self.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            connection = ConsumerConnection.decode(response.body)
+            clients = [{"clientId": c.client_id, "addr": c.client_addr, "language": c.language,
+                        "version": c.version} for c in connection.connection_set]
+            subscriptions = [{"topic": topic, "expression": getattr(sub, "sub_string", "*"),
+                              "type": getattr(sub, "expression_type", "TAG")}
+                             for topic, sub in sorted(connection.subscription_table.items())]
+            model, consume_type = connection.message_model, connection.consume_type
+        except ConsoleError:
+            pass  # not online
+        stats = ConsumeStats.decode((await self.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})).body)
+        queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
+                   "brokerOffset": w.broker_offset, "consumerOffset": w.consumer_offset, "lag": w.lag,
+                   "lastTimestamp": w.last_timestamp}
+                  for mq, w in sorted(stats.offset_table.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))]
+        config = self.groups.find(group)
+        return {"group": group, "clients": clients, "subscriptions": subscriptions, "messageModel": model,
+                "consumeType": consume_type, "queues": queues,
+                "lag": sum(q["lag"] for q in queues if not q["topic"].startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                "consumeTps": round(stats.consume_tps, 2),
+                "retry": self.stored_count(RETRY_GROUP_TOPIC_PREFIX + group),
+                "dlq": self.stored_count(DLQ_GROUP_TOPIC_PREFIX + group),
+                "retryMaxTimes": config.retry_max_times if config is not None else None,
+                "topics": sorted({q["topic"] for q in queues})}
+
+    async def reset_offset(self, group: str, topic: str, timestamp_ms: int, caller: str) -> dict[str, Any]:
+        """Move `group`'s offsets on `topic` to the first message stored at or after `timestamp_ms`.
+
+        Online consumers are told through INVOKE_BROKER_TO_RESET_OFFSET (they drop their queues and resume from
+        the new offsets); for a group with nobody online the committed offsets are written directly."""
+        if self.topics.get(topic) is None:
+            raise ConsoleError(404, f"topic {topic} does not exist on this broker")
+        fields = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": "true"}
+        response = await self.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields, caller=caller)
+        table = ResetOffsetBody.decode(response.body).offset_table
+        return {"group": group, "topic": topic, "timestamp": timestamp_ms,
+                "offsets": [{"queueId": mq.queue_id, "offset": offset} for mq, offset in sorted(table.items())],
+                "consumersTold": int((response.ext_fields or {}).get("online") or 0)}
+
+    # ---- messages -------------------------------------------------------------------------------
+    def by_id(self, msg_id: str, topic: str | None) -> list[dict[str, Any]]:
+        msg_id = msg_id.strip()
+        found: list[MessageRecord] = []
+        try:
+            _, _, phys = decode_offset_msg_id(msg_id)
+        except ValueError:
+            phys = -1
+        if phys >= 0:
+            record = self._look(phys)
+            if record is not None:
+                found.append(record)
+        if not found:
+            topics = [topic] if topic else [t for t in self.topics.topic_names() if topic_kind(t) != "system"]
+            for name in topics[:2000]:
+                found.extend(self._query(name, msg_id, SEARCH_LIMIT))
+                if len(found) >= SEARCH_LIMIT:
+                    break
+        return [record_summary(r) for r in found[:SEARCH_LIMIT]]
+
+    def _query(self, topic: str, key: str, limit: int) -> list[MessageRecord]:
+        out = []
+        for raw in self.store.query_message(topic, key, limit, 0, 2 ** 62).records:
+            try:
+                out.append(decode_record(raw))
+            except (RecordError, ValueError):
+                continue
+        return out
+
+    def by_key(self, topic: str, key: str) -> list[dict[str, Any]]:
+        if not topic or not key:
+            raise ConsoleError(400, "a key search needs both a topic and a key")
+        return [record_summary(r) for r in self._query(topic, key.strip(), SEARCH_LIMIT)]
+
+    def by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = SEARCH_LIMIT) -> dict[str, Any]:
+        """Messages of `topic` stored in [begin_ms, end_ms], oldest first per queue, at most `limit`."""
+        if self.topics.get(topic) is None:
+            raise ConsoleError(404, f"topic {topic} does not exist on this broker")
+        if end_ms < begin_ms:
+            raise ConsoleError(400, "the end of the time range is before its beginning")
+        store = self.store
+        out: list[MessageRecord] = []
+        examined = 0
+        truncated = False
+        for queue_id in self._queue_ids(topic):
+            offset = store.get_offset_by_time(topic, queue_id, begin_ms)
+            max_offset = store.get_max_offset(topic, queue_id)
+            while offset < max_offset and examined < SCAN_LIMIT and len(out) < limit:
+                result = store.get_messages(topic, queue_id, offset, min(32, limit - len(out)))
+                if not result.message_count:
+                    if result.next_begin_offset <= offset:
+                        break
+                    offset = result.next_begin_offset
+                    continue
+                examined += result.next_begin_offset - offset
+                offset = result.next_begin_offset
+                stop = False
+                for record in iter_records(result.body()):
+                    if record.store_timestamp > end_ms:
+                        stop = True
+                        break
+                    if record.store_timestamp >= begin_ms:
+                        out.append(record)
+                if stop:
+                    break
+            if len(out) >= limit or examined >= SCAN_LIMIT:
+                truncated = True
+                break
+        out.sort(key=lambda r: (r.store_timestamp, r.queue_id, r.queue_offset))
+        return {"messages": [record_summary(r) for r in out], "truncated": truncated}
+
+    def message_detail(self, commit_log_offset: int) -> dict[str, Any]:
+        record = self._look(commit_log_offset)
+        if record is None:
+            raise ConsoleError(404, f"no message at commit-log offset {commit_log_offset}")
+        detail = record_summary(record)
+        detail.update(properties=dict(sorted(record.properties.items())), body=body_views(record),
+                      sysFlag=record.sys_flag, flag=record.flag, bornHost="%s:%d" % record.born_host,
+                      storeHost="%s:%d" % record.store_host, bodyCrc=record.body_crc,
+                      history=self.retry_history(record))
+        return detail
+
+    def retry_history(self, record: MessageRecord) -> list[dict[str, Any]]:
+        """The copies of this message in retry, schedule and dead-letter topics (same UNIQ_KEY), oldest first."""
+        uniq = record.uniq_key
+        if not uniq:
+            return []
+        groups = set(self._groups_of_topic(record.properties.get("RETRY_TOPIC") or record.topic))
+        if record.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            groups.add(record.topic.split("%", 2)[2])
+        topics = [record.properties.get("RETRY_TOPIC") or record.topic, "SCHEDULE_TOPIC_XXXX"]
+        for group in sorted(groups):
+            topics += [RETRY_GROUP_TOPIC_PREFIX + group, DLQ_GROUP_TOPIC_PREFIX + group]
+        seen: dict[int, MessageRecord] = {}
+        for topic in topics:
+            for copy in self._query(topic, uniq, 32):
+                seen[copy.physical_offset] = copy
+        history = []
+        for copy in sorted(seen.values(), key=lambda r: (r.store_timestamp, r.physical_offset)):
+            kind = topic_kind(copy.topic)
+            if copy.topic == "SCHEDULE_TOPIC_XXXX":
+                kind = "delayed"
+            history.append({"topic": copy.topic, "kind": kind, "storeTimestamp": copy.store_timestamp,
+                            "reconsumeTimes": copy.reconsume_times, "commitLogOffset": copy.physical_offset,
+                            "delayLevel": copy.properties.get("DELAY"),
+                            "realTopic": copy.properties.get("REAL_TOPIC")})
+        return history
+
+    # ---- dead letters ---------------------------------------------------------------------------
+    def dead_letters(self, group: str, limit: int = DLQ_LIMIT) -> dict[str, Any]:
+        topic = DLQ_GROUP_TOPIC_PREFIX + group
+        store = self.store
+        out: list[MessageRecord] = []
+        total = self.stored_count(topic)
+        for queue_id in self._queue_ids(topic):
+            offset = store.get_min_offset(topic, queue_id)
+            max_offset = store.get_max_offset(topic, queue_id)
+            for _ in range(limit):
+                if offset >= max_offset or len(out) >= limit:
+                    break
+                result = store.get_messages(topic, queue_id, offset, min(32, limit - len(out)))
+                if result.next_begin_offset <= offset:
+                    break
+                offset = result.next_begin_offset
+                out.extend(iter_records(result.body()))
+        letters = []
+        for record in out:
+            summary = record_summary(record)
+            summary["originalTopic"] = record.properties.get("RETRY_TOPIC")
+            letters.append(summary)
+        return {"group": group, "topic": topic, "total": total, "messages": letters,
+                "truncated": total > len(letters)}
+
+    async def resend(self, group: str, offsets: list[int], caller: str) -> list[dict[str, Any]]:
+        """Resend dead letters to `group` (through its retry topic: only this group consumes them again)."""
+        results = []
+        for offset in offsets:
+            try:
+                response = await self.call(RequestCode.RESEND_DLQ_MESSAGE, {"group": group, "offset": offset},
+                                           caller=caller)
+                ext = response.ext_fields or {}
+                results.append({"commitLogOffset": offset, "ok": True, "topic": ext.get("topic"),
+                                "msgId": ext.get("uniqKey") or ext.get("msgId")})
+            except ConsoleError as exc:
+                results.append({"commitLogOffset": offset, "ok": False, "error": exc.message})
+        return results
+
+    def all_dead_letter_offsets(self, group: str) -> list[int]:
+        return [m["commitLogOffset"] for m in self.dead_letters(group, limit=10_000)["messages"]]
+
