@@ -46,6 +46,7 @@ from client.message import MessageExt, MessageQueue, MessageSelector, PullStatus
 from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_store_dir
 from client.process_queue import ProcessQueue
 from client.queue_locks import LOCK_RENEW_INTERVAL, QueueLocks
+from protocol.admin_bodies import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from client.waiting import wait_event
@@ -163,6 +164,7 @@ class PushConsumer:
         self._rebalance_now: asyncio.Event | None = None
         self._rebalance_lock: asyncio.Lock | None = None
         self._service_tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()  # one-off jobs a broker request started (offset resets)
         self._started = False
         self._stopping = False
         self._group_missing_reported = False
@@ -330,9 +332,9 @@ class PushConsumer:
             return
         self._started = False
         self._stopping = True
-        for task in self._service_tasks:
+        for task in [*self._service_tasks, *self._background]:
             task.cancel()
-        await asyncio.gather(*self._service_tasks, return_exceptions=True)
+        await asyncio.gather(*self._service_tasks, *self._background, return_exceptions=True)
         pulls = list(self._pull_tasks.values())
         for task in pulls:
             task.cancel()
@@ -364,7 +366,46 @@ class PushConsumer:
             return cmd.make_response(ResponseCode.SUCCESS, None, None, running_info(self).encode())
         if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return consume_message_directly(self, cmd)
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            self._on_offset_reset(cmd)
+            return None if cmd.flag & 2 else cmd.make_response(ResponseCode.SUCCESS)
         return None
+
+    def _on_offset_reset(self, cmd: RemotingCommand) -> None:
+        """An admin moved this group's offsets (INVOKE_BROKER_TO_RESET_OFFSET): start the queues again there."""
+        fields = cmd.ext_fields or {}
+        if fields.get("group") not in (None, self.group):
+            return
+        try:
+            table = ResetOffsetBody.decode(cmd.body).offset_table
+        except ValueError as exc:
+            log.warning("ignoring an offset reset for %s with a malformed body: %s", self.group, exc)
+            return
+        offsets = {(mq.topic, mq.broker_name, mq.queue_id): offset for mq, offset in table.items()}
+        task = asyncio.get_running_loop().create_task(self._reset_offsets(offsets), name=f"offset-reset-{self.group}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reset_offsets(self, offsets: dict[tuple[str, str, int], int]) -> None:
+        """Drop each reset queue (its in-flight messages are not committed), store the new offset, rebalance: the
+        queue is then pulled again from the offset the broker now holds."""
+        async with self._rebalance_lock:
+            for mq in [mq for mq in self._process_queues if (mq.topic, mq.broker_name, mq.queue_id) in offsets]:
+                pq = self._process_queues.pop(mq)
+                pq.dropped = True
+                task = self._pull_tasks.pop(mq, None)
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                self.offset_store.update(mq, offsets[(mq.topic, mq.broker_name, mq.queue_id)])
+                try:
+                    await self.offset_store.persist(mq)
+                except Exception as exc:
+                    log.warning("storing the reset offset of %s failed: %s", mq, exc)
+                self.offset_store.remove(mq)
+                log.info("%s: offset of %s reset to %d", self.group, mq, offsets[(mq.topic, mq.broker_name,
+                                                                                 mq.queue_id)])
+        self._trigger_rebalance()
 
     def _trigger_rebalance(self) -> None:
         if self._rebalance_now is not None:

@@ -42,7 +42,10 @@ class ConsoleError(Exception):
         self.message = message
 
 
-def topic_kind(topic: str) -> str:
+def topic_kind(topic: str, own_names: tuple[str, ...] = ()) -> str:
+    """normal, retry, dlq or system (`own_names`: the cluster's and broker's own topics)."""
+    if topic in own_names:
+        return "system"
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return "retry"
     if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
@@ -106,6 +109,7 @@ class ConsoleViews:
         self.groups = broker.subscription_group_manager
         self.offsets = broker.consumer_offset_manager
         self.consumers = broker.consumer_manager
+        self.own_topics = (broker.config.broker_cluster_name, broker.config.broker_name)
 
     # ---- helpers --------------------------------------------------------------------------------
     async def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
@@ -184,8 +188,9 @@ class ConsoleViews:
             config = self.topics.get(name)
             if config is None:
                 continue
-            out.append({"topic": name, "kind": topic_kind(name), "readQueueNums": config.read_queue_nums,
-                        "writeQueueNums": config.write_queue_nums, "perm": config.perm,
+            out.append({"topic": name, "kind": topic_kind(name, self.own_topics),
+                        "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
+                        "perm": config.perm,
                         "messages": self.stored_count(name), "inPerSecond": round(rates.get(name, 0.0), 2)})
         return out
 
@@ -202,8 +207,9 @@ class ConsoleViews:
             queues.append({"queueId": queue_id, "minOffset": store.get_min_offset(topic, queue_id),
                            "maxOffset": max_offset, "lastUpdateTimestamp": max(0, last)})
         groups = sorted(g for g in self._groups_of_topic(topic))
-        return {"topic": topic, "kind": topic_kind(topic), "readQueueNums": config.read_queue_nums,
-                "writeQueueNums": config.write_queue_nums, "perm": config.perm, "order": config.order,
+        return {"topic": topic, "kind": topic_kind(topic, self.own_topics),
+                "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
+                "perm": config.perm, "order": config.order,
                 "topicFilterType": config.topic_filter_type, "queues": queues, "consumerGroups": groups,
                 "route": [{"brokerName": cfg.broker_name, "addr": cfg.broker_addr,
                            "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,

@@ -74,11 +74,11 @@ function lineChart(points, series, id) {
   if (!points.length) {
     return `<div class="panel muted" id="${esc(id)}">No samples yet: the chart fills in as the broker runs.</div>`;
   }
-  const t0 = points[0].t, t1 = points[points.length - 1].t || t0 + 1;
+  const t1 = points[points.length - 1].t, t0 = Math.min(points[0].t, t1 - 60e3);  // at least a minute wide
   let max = 0;
   for (const p of points) for (const s of series) max = Math.max(max, Number(p[s.key]) || 0);
   max = max <= 0 ? 1 : max * 1.1;
-  const x = (t) => L + (t1 === t0 ? (W - L - R) : (t - t0) / (t1 - t0) * (W - L - R));
+  const x = (t) => L + (t - t0) / (t1 - t0) * (W - L - R);
   const y = (v) => H - B - v / max * (H - T - B);
   let svg = `<svg class="chart" id="${esc(id)}" viewBox="0 0 ${W} ${H}" preserveAspectRatio="xMidYMid meet" role="img">`;
   for (let i = 0; i <= 4; i++) {
@@ -89,13 +89,19 @@ function lineChart(points, series, id) {
   for (let i = 0; i <= 4; i++) {
     const t = t0 + (t1 - t0) * i / 4, d = new Date(t), pad = (v) => String(v).padStart(2, "0");
     const label = `${pad(d.getHours())}:${pad(d.getMinutes())}` + (t1 - t0 < 600e3 ? `:${pad(d.getSeconds())}` : "");
-    svg += `<text x="${x(t)}" y="${H - 8}" text-anchor="middle">${label}</text>`;
+    const anchor = i === 0 ? "start" : i === 4 ? "end" : "middle";
+    svg += `<text x="${x(t)}" y="${H - 8}" text-anchor="${anchor}">${label}</text>`;
   }
   svg += `<line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>`;
   for (const s of series) {
     const d = points.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(Number(p[s.key]) || 0).toFixed(1)}`)
       .join(" ");
     svg += `<path class="line ${esc(s.cls)}" d="${d}"/>`;
+    if (points.length <= 90) {  // few samples: each one is marked
+      for (const p of points) {
+        svg += `<circle class="dot ${esc(s.cls)}" r="3" cx="${x(p.t).toFixed(1)}" cy="${y(Number(p[s.key]) || 0).toFixed(1)}"/>`;
+      }
+    }
   }
   svg += "</svg>";
   const legend = series.map((s) => `<span class="sw ${esc(s.cls)}"></span>${esc(s.label)}`).join("");
