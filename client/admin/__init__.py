@@ -16,7 +16,7 @@ from typing import Any
 from client.credentials import Credentials
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from client.remoting import RemotingClient
-from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, TopicStatsTable
+from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, ResetOffsetBody, TopicStatsTable
 from protocol.bodies import ClusterInfo, TopicList, TopicRouteData
 from protocol.consumer_info_bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
@@ -329,6 +329,16 @@ class AdminClient:
                 continue
             out.append(record)
         return out
+
+    async def reset_offset(self, addr: str, group: str, topic: str, timestamp_ms: int, force: bool = True
+                           ) -> tuple[dict[Any, int], int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET: (new offset per queue, consumers told) of `group` on `topic` at addr."""
+        resp = self.check(await self.invoke(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                            {"topic": topic, "group": group, "timestamp": timestamp_ms,
+                                             "isForce": force}),
+                          f"reset offsets of group {group} on topic {topic} at {addr}")
+        told = int((resp.ext_fields or {}).get("online") or 0)
+        return ResetOffsetBody.decode(resp.body).offset_table, told
 
     async def resend_dlq_message(self, addr: str, group: str, *, offset: int | None = None,
                                  msg_id: str | None = None, topic: str | None = None,

@@ -19,6 +19,7 @@ import json
 import os
 import ssl
 import sys
+import time
 from datetime import datetime
 from typing import Callable
 
@@ -56,6 +57,14 @@ def _bool_arg(text: str) -> bool:
     if value in ("false", "0", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _reset_time(text: str) -> int:
+    if text.strip() == "-1":
+        return -1
+    if text.strip().lower() == "now":
+        return int(time.time() * 1000)
+    return parse_time_ms(text)
 
 
 def _positive(text: str) -> int:
@@ -152,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)
     p.add_argument("-i", "--clientId", dest="client_id", help="one consumer (default: every online one)")
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="ask through this broker")
+
+    p = add("resetOffsetByTime", consumer_commands.reset_offset_by_time,
+            "Move a group's offsets on a topic to the first message stored at or after a time; online consumers "
+            "resume there")
+    p.add_argument("-g", "--group", dest="group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--timestamp", type=_reset_time, required=True,
+                   help="epoch ms, a local date-time ('2024-05-01 12:00:00'), 'now', or -1 for the end")
+    p.add_argument("-f", "--force", type=_bool_arg, default=True,
+                   help="false: only move offsets back, never forward (default true)")
 
     p = add("transactionStatus", transaction_commands.transaction_status,
             "Open (undecided) transactional messages per topic and producer group, and decision counters")

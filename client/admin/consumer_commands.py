@@ -1,4 +1,5 @@
-"""mqadmin commands that reach a running consumer through a broker: consumerStatus and consumeMessage."""
+"""mqadmin commands that reach a running consumer through a broker: consumerStatus, consumeMessage and
+resetOffsetByTime."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from client.admin.format import dump_json, format_time, table
 from protocol.consumer_info_bodies import ConsumerRunningInfo
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["consumer_status", "consume_message"]
+__all__ = ["consumer_status", "consume_message", "reset_offset_by_time"]
 
 
 async def _group_clients(admin: AdminClient, group: str, broker_addr: str | None) -> tuple[str, list[str]]:
@@ -87,4 +88,24 @@ async def consume_message(admin: AdminClient, args: argparse.Namespace) -> int:
     else:
         print(f"consumer {args.client_id} consumed {args.msg_id}: {outcome} in {result.spent_time_mills} ms"
               + (f" ({result.remark})" if result.remark else ""))
+    return 0
+
+
+async def reset_offset_by_time(admin: AdminClient, args: argparse.Namespace) -> int:
+    """Every broker of the topic moves the group's offsets to the first message stored at or after the time (-1: the
+    end) and tells the group's online consumers, which resume there."""
+    rows = []
+    told = 0
+    for name, addr in (await admin.topic_brokers(args.topic)).items():
+        table_, online = await admin.reset_offset(addr, args.group, args.topic, args.timestamp, args.force)
+        told += online
+        rows += [{"brokerName": name, "queueId": mq.queue_id, "offset": offset}
+                 for mq, offset in sorted(table_.items())]
+    if args.json:
+        dump_json({"group": args.group, "topic": args.topic, "timestamp": args.timestamp, "consumersTold": told,
+                   "offsets": rows})
+        return 0
+    table(["#brokerName", "#queueId", "#offset"], [(r["brokerName"], r["queueId"], r["offset"]) for r in rows])
+    print(f"\n{told} online consumer(s) told." if told else "\nNo consumer of the group is online: the committed "
+          "offsets were changed; the group starts there.")
     return 0

@@ -273,3 +273,24 @@ async def test_resend_all_and_reset_with_an_online_consumer(console_broker):
     async with await WireClient.connect(console_broker.addr) as client:
         resent = await pull_records(client, "%RETRY%" + GROUP, 0)
         assert [r.body for r in resent][-1:] == [b"poison message"]
+
+
+async def test_mqadmin_reset_offset_by_time(console_broker):
+    """The same broker request (INVOKE_BROKER_TO_RESET_OFFSET) from mqadmin."""
+    from .test_mqadmin import mqadmin, ok_json
+
+    await seed_broker(console_broker.addr)
+    ns = console_broker.namesrv_addr
+    answer = await asyncio.to_thread(ok_json, ns, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "-1")
+    assert answer["offsets"] == [{"brokerName": "broker-a", "queueId": 0, "offset": 5}], answer
+    assert answer["consumersTold"] == 0
+    back = await asyncio.to_thread(ok_json, ns, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "0", "-f",
+                                   "false")  # not forced: only backwards moves, and 0 is behind 5
+    assert back["offsets"][0]["offset"] == 0
+    forward = await asyncio.to_thread(ok_json, ns, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "now",
+                                      "-f", "false")  # forward is refused without force: stays at 0
+    assert forward["offsets"][0]["offset"] == 0
+    text = await asyncio.to_thread(mqadmin, ns, "resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "-1")
+    assert text.returncode == 0 and "No consumer of the group is online" in text.stdout
+    missing = await asyncio.to_thread(mqadmin, ns, "resetOffsetByTime", "-g", GROUP, "-t", "NoSuchTopic", "-s", "0")
+    assert missing.returncode != 0 and "NoSuchTopic" in missing.stderr

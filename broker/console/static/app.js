@@ -120,7 +120,7 @@ async function overviewPage() {
     ["Disk used", o.diskUsedRatio === null ? "–" : (o.diskUsedRatio * 100).toFixed(1) + " %", "ov-disk"],
     ["Messages in", num(o.messagesIn), "ov-in"], ["Messages out", num(o.messagesOut), "ov-out"],
     ["In / s now", num(last.in)], ["Out / s now", num(last.out)],
-    ["Topics", num(o.topicCount)], ["Consumer groups", num(o.consumerGroupCount)],
+    ["Topics", num(o.topicCount)], ["Groups online", num(o.consumerGroupCount)],
     ["Connections", num(o.connectionCount)],
   ]) + `<h2>Messages per second, last hour</h2><div class="panel">` +
     lineChart(rates.points, [{ key: "in", label: "in (put)", cls: "in" }, { key: "out", label: "out (pulled)", cls: "out" }],
