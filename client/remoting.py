@@ -129,7 +129,10 @@ class Connection(asyncio.Protocol):
         out.append(frame)
         n = len(out)
         if n == 1:
-            self.loop.call_soon(self._flush)
+            if len(self.pending) <= 1:  # the only request in flight: nothing to join it with, so no loop turn
+                self._flush()
+            else:
+                self.loop.call_soon(self._flush)
         elif n >= self.owner.write_batch_frames:
             # Hand a chunk to the peer now, so it works while we keep encoding (overlap instead of lock-step).
             self._flush()

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
+from spark_export.index_files import lookup_offsets
+from spark_export.pushdown import Pushdown, collect_filters, pushdown_requested
 from spark_export.records import DEFAULT_BATCH_ROWS, ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
@@ -30,6 +33,7 @@ from spark_export.store import (
     plan_commit_log_partitions,
     topic_rows,
 )
+from spark_export.targeted import consume_queue_offsets, group_by_file, known_topics, read_records
 
 try:  # Spark >= 4.2: read limits and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
@@ -60,6 +64,8 @@ class ReadOptions:
     starting_offset: str = "earliest"
     max_records_per_trigger: int | None = None
     columns: tuple[str, ...] | None = None  # read only these columns (the API has no automatic pruning)
+    pushdown: str = "auto"  # take Spark's filters: auto (when the session allows it), true, false
+    index_hash_slots: int | None = None  # hash slots per index file (maxHashSlotNum) when not the usual ratio
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
@@ -85,6 +91,8 @@ class ReadOptions:
             starting_offset=str(opts.get("startingoffset") or opts.get("starting_offset") or "earliest").lower(),
             max_records_per_trigger=int(max_rows) if max_rows else None,
             columns=column_list,
+            pushdown=str(opts.get("pushdown", "auto")),
+            index_hash_slots=int(opts["index_hash_slots"]) if opts.get("index_hash_slots") else None,
         )
 
     def layout(self) -> StoreLayout:
@@ -106,7 +114,10 @@ class RocketMQDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = ReadOptions.parse(self.options)
-        return RocketMQReader(options, _requested_arrow_schema(options.table, schema))
+        arrow_schema = _requested_arrow_schema(options.table, schema)
+        if pushdown_requested(options.pushdown):
+            return RocketMQFilteringReader(options, arrow_schema)
+        return RocketMQReader(options, arrow_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = ReadOptions.parse(self.options)
@@ -152,6 +163,8 @@ class _Partition(InputPartition):
 
 
 class RocketMQReader(DataSourceReader):
+    push = Pushdown()  # what the query's filters allow to skip (RocketMQFilteringReader fills it)
+
     def __init__(self, options: ReadOptions, arrow_schema: pa.Schema) -> None:
         self.options = options
         self.arrow_schema = arrow_schema
@@ -162,31 +175,96 @@ class RocketMQReader(DataSourceReader):
             layout = opts.layout()
         except StoreError as exc:
             raise ValueError(str(exc)) from None
+        push = self.push.with_topics(opts.topics)
+        if push.nothing:
+            return [_Partition("empty")]
         if opts.table == "messages":
-            return _message_partitions(layout, opts) or [_Partition("empty")]
+            return _planned_message_partitions(layout, opts, push) or [_Partition("empty")]
         if opts.table == "consume_queue":
-            files = layout.consume_queue_files(opts.topics)
+            files = [f for f in layout.consume_queue_files(push.topics) if push.queue_allowed(f.queue_id)]
             groups = pack_ranges(files, [max(f.size, 1) for f in files], opts.split_bytes, opts.min_partitions)
             return [_Partition("consume_queue", tuple(g)) for g in groups] or [_Partition("empty")]
         if opts.table == "offsets":
-            return [_Partition("offsets", tuple(offset_rows(layout, opts.topics)))]
+            return [_Partition("offsets", tuple(offset_rows(layout, push.topics)))]
         if opts.table == "topics":
-            return [_Partition("topics", tuple(topic_rows(layout, opts.topics)))]
+            return [_Partition("topics", tuple(topic_rows(layout, push.topics)))]
         raise ValueError(f"unknown table {opts.table!r}")
 
     def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
-        return _read_partition(partition, self.options, self.arrow_schema)
+        return _read_partition(partition, self.options, self.arrow_schema, self.push.with_topics(self.options.topics))
+
+
+class RocketMQFilteringReader(RocketMQReader):
+    """The reader when the session pushes filters (spark.sql.python.filterPushdown.enabled=true)."""
+
+    def pushFilters(self, filters):
+        """Read what the filters allow to skip; hand every filter back, so Spark still applies each one exactly
+        (the read is a superset of the matching rows, never a different set)."""
+        filters = list(filters)
+        self.push = collect_filters(filters)
+        return filters
+
+
+_RECORDS_PER_SET = 65_536
+
+
+def _planned_message_partitions(layout: StoreLayout, opts: ReadOptions, push: Pushdown) -> list[InputPartition]:
+    """Through the index (a key), the consume queues (topics), else a commit-log scan bounded by offsets."""
+    keys = _index_keys(push)
+    if keys:
+        topics = sorted(push.topics) if push.topics is not None else known_topics(layout)
+        offsets = lookup_offsets(layout, topics, keys, opts.index_hash_slots)
+        if offsets is not None:
+            found = np.array(offsets, np.int64)
+            return _record_partitions(layout, found[push.commitlog_offset.mask(found)], opts)
+    if push.topics is not None and push.topics <= set(known_topics(layout)):
+        return _record_partitions(layout, consume_queue_offsets(layout, push.topics, push), opts)
+    bounds = push.commitlog_offset
+    return _message_partitions(layout, opts, bounds.lo, None if bounds.hi is None else bounds.hi + 1)
+
+
+def _index_keys(push: Pushdown) -> list[str]:
+    """Keys to look up: each UNIQ_KEY, and for a KEYS value ("k1 k2", indexed under each key) its first key; none
+    when a value cannot be found through the index (empty)."""
+    keys: set[str] = set()
+    for value in push.uniq_keys or ():
+        if not value:
+            return []
+        keys.add(value)
+    for value in push.keys or ():
+        parts = value.split()
+        if not parts:
+            return []
+        keys.add(parts[0])
+    return sorted(keys)
+
+
+def _record_partitions(layout: StoreLayout, offsets: np.ndarray, opts: ReadOptions) -> list[InputPartition]:
+    sets = group_by_file(layout, offsets, _RECORDS_PER_SET)
+    if not sets:
+        return []
+    weights = [len(rs.positions) for rs in sets]
+    groups = pack_ranges(sets, weights, max(1, sum(weights) // max(1, opts.min_partitions)) + 1, opts.min_partitions)
+    return [_Partition("records", tuple(g)) for g in groups]
 
 
 def _message_partitions(layout: StoreLayout, opts: ReadOptions, start: int | None = None,
-                        end: int | None = None) -> list[InputPartition]:
-    groups = plan_commit_log_partitions(layout, opts.split_bytes, opts.min_partitions, start, end)
+                        end: int | None = None, *, start_is_record: bool = False) -> list[InputPartition]:
+    groups = plan_commit_log_partitions(layout, opts.split_bytes, opts.min_partitions, start, end,
+                                        start_synced=start is None or start_is_record)
     return [_Partition("messages", tuple(g)) for g in groups]
 
 
-def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    if partition.kind == "messages":
-        decode = DecodeOptions(opts.include_body, opts.decompress, opts.topics, schema)
+def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema,
+                    push: Pushdown | None = None) -> Iterator[pa.RecordBatch]:
+    if partition.kind == "records":
+        decode = DecodeOptions(opts.include_body, opts.decompress, push.topics if push else opts.topics, schema,
+                               push if push is not None and push.row_bounds else None)
+        yield from read_records(partition.items, decode, opts.batch_rows)
+    elif partition.kind == "messages":
+        rows = push if push is not None and push.row_bounds else None
+        decode = DecodeOptions(opts.include_body, opts.decompress, push.topics if push else opts.topics, schema,
+                               rows)
         for r in partition.items:
             with mapped(r.path) as buf:
                 yield from iter_message_batches(buf, r.base, r.begin, r.end, decode, synced=r.synced,
@@ -292,7 +370,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = start["commitlog_offset"], end["commitlog_offset"]
         if stop <= begin:
             return []
-        return _message_partitions(self._layout(), self.options, begin, stop)
+        return _message_partitions(self._layout(), self.options, begin, stop, start_is_record=True)
 
     def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition, self.options, self.arrow_schema)

@@ -11,6 +11,7 @@ import ipaddress
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,7 @@ class DecodeOptions:
     decompress: bool = True
     topics: frozenset[str] | None = None
     schema: pa.Schema = MESSAGES_ARROW  # the columns to produce (a user-given schema prunes the work)
+    rows: Any = None  # a spark_export.pushdown.Pushdown: records outside its header ranges are not decoded
 
 
 _WANTED = {"TAGS": "tags", "KEYS": "keys", "UNIQ_KEY": "uniq_key", "RETRY_TOPIC": "retry_topic",
@@ -72,6 +74,13 @@ def decode_messages(buf: np.ndarray, base: int, records: Records, options: Decod
             idx = np.flatnonzero(keep)
             rec = rec.take(idx)
             topics = topics.take(pa.array(idx))
+    if options.rows is not None and options.rows.row_bounds and len(rec):
+        keep = _rows_kept(buf, base, rec, options.rows)
+        if keep is not None:
+            idx = np.flatnonzero(keep)
+            rec = rec.take(idx)
+            if topics is not None:
+                topics = topics.take(pa.array(idx))
     n = len(rec)
     p, sysflag = rec.pos, rec.sysflag
     head = record_headers(buf, p) if wanted & _FROM_HEADER else None
@@ -120,6 +129,24 @@ def decode_messages(buf: np.ndarray, base: int, records: Records, options: Decod
     }
     arrays = [columns[name] if name in columns else makers[name]() for name in options.schema.names]
     return pa.RecordBatch.from_arrays(arrays, schema=options.schema)
+
+
+def _rows_kept(buf: np.ndarray, base: int, rec: Records, push) -> np.ndarray | None:
+    """Which records the pushed header ranges keep (None: all of them)."""
+    head = record_headers(buf, rec.pos)
+    keep = np.ones(len(rec), bool)
+    queue_ids = head["queue_id"].astype(np.int64)
+    if push.queue_ids is not None:
+        keep &= np.isin(queue_ids, np.array(sorted(push.queue_ids), np.int64))
+    if push.queue_id.bounded:
+        keep &= push.queue_id.mask(queue_ids)
+    if push.queue_offset.bounded:
+        keep &= push.queue_offset.mask(head["queue_offset"].astype(np.int64))
+    if push.commitlog_offset.bounded:
+        keep &= push.commitlog_offset.mask(base + rec.pos)
+    if push.store_timestamp_ms.bounded and rec.ipv4_only:  # other layouts: Spark's own filter does it
+        keep &= push.store_timestamp_ms.mask(head["v4_store_timestamp"].astype(np.int64))
+    return None if keep.all() else keep
 
 
 def _store_hosts(buf: np.ndarray, rec: Records, head: np.ndarray, v4: bool) -> pa.Array:

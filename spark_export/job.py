@@ -85,6 +85,11 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
         from pyspark.sql import SparkSession
     except ImportError:
         raise JobError("pyspark is not installed: pip install 'pyrocketmq-broker[spark]'") from None
+    # Spark starts its Python workers with `python3` from PATH unless told otherwise; from a venv that is not
+    # activated that interpreter lacks pyarrow (and this package). Use the running interpreter, unless the user
+    # chose one (PYSPARK_PYTHON), or spark-submit started us (it has chosen the workers' Python already).
+    if not os.environ.get("PYSPARK_PYTHON") and not _under_spark_submit():
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1" if (master or "local").startswith("local") else "")
     if not os.environ["SPARK_LOCAL_IP"]:
         del os.environ["SPARK_LOCAL_IP"]
@@ -96,6 +101,9 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
     # Spark >= 4.1 talks to its Python workers over Unix domain sockets when asked: each Python task (and so
     # each rocketmq read) starts ~30 ms sooner than over loopback TCP. Older Spark ignores the key.
     builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
+    # Let the rocketmq source skip what a query's filters exclude (the data source still returns a superset and
+    # Spark applies every filter itself).
+    builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
     spark = builder.getOrCreate()
     shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
     if "spark_export" not in shipped and ".zip" not in __file__:  # imported from a directory: ship a zip
@@ -120,9 +128,20 @@ def _writable(df, fmt: str):
     return df
 
 
+def existing_tables(out: str) -> list[str]:
+    """Tables of an earlier export under `out` (their directories exist)."""
+    return [t for t in TABLES if os.path.exists(os.path.join(out, t))]
+
+
 def export(spark, store: str, out: str, fmt: str = "parquet", topics: list[str] | None = None,
-           include_body: bool = True) -> dict:
-    """Write every table under out/<table> and return the summary (also printed by main)."""
+           include_body: bool = True, mode: str = "error") -> dict:
+    """Write every table under out/<table> and return the summary (also printed by main). mode: error (refuse an
+    existing table directory), overwrite or append."""
+    if mode not in ("error", "overwrite", "append"):
+        raise JobError(f"--mode must be error, overwrite or append, not {mode!r}")
+    if mode == "error" and existing_tables(out):
+        raise JobError(f"{out} already holds an export ({', '.join(existing_tables(out))}): pass --mode overwrite "
+                       "to replace it or --mode append to add to it, or choose another --out")
     from pyspark.sql import functions as F
 
     reader = spark.read.format("rocketmq")
@@ -134,7 +153,8 @@ def export(spark, store: str, out: str, fmt: str = "parquet", topics: list[str] 
     for table in TABLES:
         started = time.monotonic()
         print(f"[spark_export] writing {table} ...", flush=True)
-        _writable(frames[table], fmt).write.mode("overwrite").format(fmt).save(os.path.join(out, table))
+        _writable(frames[table], fmt).write.mode("overwrite" if mode == "error" else mode).format(fmt) \
+            .save(os.path.join(out, table))
         counts[table] = spark.read.format(fmt).load(os.path.join(out, table)).count() if fmt != "csv" else None
         print(f"[spark_export] {table}: {counts[table] if counts[table] is not None else 'written'} rows "
               f"in {time.monotonic() - started:.1f}s", flush=True)
@@ -174,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topics", help="comma-separated topics to export (default: all)")
     parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
     parser.add_argument("--no-body", action="store_true", help="leave message bodies out")
+    parser.add_argument("--mode", default="error", choices=("error", "overwrite", "append"),
+                        help="when --out already holds an export: error (default), overwrite or append")
     parser.add_argument("--allow-truncated", action="store_true",
                         help="export the complete records of a truncated store instead of failing")
     parser.add_argument("--make-zip", metavar="DIR", help="only write DIR/spark_export.zip (for --py-files)")
@@ -186,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         layout = open_store(args.store)
         problems = check_store(layout)
+        if args.mode == "error" and existing_tables(args.out):
+            raise JobError(f"{args.out} already holds an export ({', '.join(existing_tables(args.out))}): pass "
+                           "--mode overwrite to replace it or --mode append to add to it, or choose another --out")
         if problems and not args.allow_truncated:
             raise JobError("the store is truncated (a partial copy?): " + "; ".join(problems)
                            + ". Re-copy it, or pass --allow-truncated to export the complete records only.")
@@ -195,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(master)
         try:
             topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else None
-            summary = export(spark, args.store, args.out, args.format, topics, include_body=not args.no_body)
+            summary = export(spark, args.store, args.out, args.format, topics, include_body=not args.no_body,
+                             mode=args.mode)
         finally:
             spark.stop()
     except (StoreError, JobError) as exc:

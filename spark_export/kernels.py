@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 __all__ = ["RECORD_FIELDS", "MIN_RECORD_SIZE", "WALK_STOP", "WALK_FULL", "WALK_BROKEN", "check_record",
-           "walk_chain", "find_first_record", "find_property", "split_properties", "ensure_loaded"]
+           "walk_chain", "records_at", "find_first_record", "find_property", "split_properties", "ensure_loaded"]
 
 MIN_RECORD_SIZE = 91  # IPv4 hosts, V1, empty body/topic/properties
 _MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -124,6 +124,17 @@ def walk_chain(buf, base, pos, stop, out):
         pos += out[1, count]
         count += 1
     return count, pos, WALK_STOP
+
+
+@njit(cache=_CACHE)
+def records_at(buf, base, positions, out):
+    """Check the records at the given file positions (e.g. from a consume queue or an index); the complete ones go
+    to out[:, :count] in the order given. Returns count."""
+    count = 0
+    for i in range(len(positions)):
+        if check_record(buf, base, positions[i], out, count):
+            count += 1
+    return count
 
 
 @njit(cache=_CACHE)
@@ -253,6 +264,7 @@ def ensure_loaded() -> None:
     positions = np.zeros(1, np.int64)
     check_record(buf, 0, 0, out, 0)
     walk_chain(buf, 0, 0, 0, out)
+    records_at(buf, 0, positions, out)
     find_first_record(buf, 0, 0, 1, out)
     find_property(buf, positions, positions, np.frombuffer(b"TAGS", np.uint8), np.empty(1, np.int64),
                   np.empty(1, np.int64))

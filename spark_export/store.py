@@ -118,7 +118,8 @@ def mapped(path: str) -> Iterator[np.ndarray]:
 
 def plan_commit_log_partitions(layout: StoreLayout, split_bytes: int, min_partitions: int = 1,
                                start_offset: int | None = None,
-                               end_offset: int | None = None) -> list[list[CommitLogRange]]:
+                               end_offset: int | None = None, *,
+                               start_synced: bool = True) -> list[list[CommitLogRange]]:
     """Partitions (lists of byte ranges) over the commit-log files, global offsets [start, end) if given.
 
     The written data (estimated by :func:`data_extent`) is shared evenly: max(min_partitions,
@@ -160,7 +161,9 @@ def plan_commit_log_partitions(layout: StoreLayout, split_bytes: int, min_partit
             if stop >= data_hi:
                 stop = hard
             if stop > pos:
-                parts[k].append(CommitLogRange(path, base, pos, stop, pos == lo))
+                # a range's start is a record start at a file's start, or at start_offset when the caller says so
+                synced = pos == lo and (lo == 0 or start_offset is None or start_synced)
+                parts[k].append(CommitLogRange(path, base, pos, stop, synced))
             if stop >= hard:
                 break
             pos = stop

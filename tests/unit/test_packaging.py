@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("broker", "client", "protocol", "spark_export")
+PACKAGES = ("broker", "client", "protocol", "spark_export")  # spark_export/autoload: pyspark_rocketmq (Python)
 
 
 def test_non_python_package_files_are_declared_as_package_data():
@@ -19,8 +19,19 @@ def test_non_python_package_files_are_declared_as_package_data():
         for path in (ROOT / package).rglob("*"):
             if not path.is_file() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
                 continue
-            owner = ".".join(path.parent.relative_to(ROOT).parts)
-            patterns = package_data.get(owner, []) + package_data.get("*", [])
-            if not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
+            if not _declared(path, package_data):
                 missing.append(str(path.relative_to(ROOT)))
     assert not missing, f"add to [tool.setuptools.package-data] in pyproject.toml: {missing}"
+
+
+def _declared(path: Path, package_data: dict[str, list[str]]) -> bool:
+    """A pattern of the file's package or of an enclosing one matches its path below that package
+    ("broker.console" = ["static/*"] covers broker/console/static/app.js)."""
+    parts = path.relative_to(ROOT).parts
+    for depth in range(len(parts) - 1, 0, -1):
+        owner = ".".join(parts[:depth])
+        below = "/".join(parts[depth:])
+        patterns = package_data.get(owner, []) + package_data.get("*", [])
+        if any(fnmatch.fnmatch(below, pattern) for pattern in patterns):
+            return True
+    return False
