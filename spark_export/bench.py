@@ -30,7 +30,15 @@ from pathlib import Path
 FILE_SIZE = 1 << 30
 
 
+TOPICS = 10
+CQ_FILE_SIZE = 6_000_000  # the broker's default consume-queue file (300,000 units)
+
+
 def write_store(root: Path, messages: int, body_size: int) -> int:
+    """The commit log, and the consume queues a broker would have dispatched (so that reads can go through them)."""
+    import numpy as np
+
+    from protocol.hashing import tags_code
     from protocol.ids import pack_host
     from protocol.message import pack_record_into, record_size
     from protocol.properties import encode_properties
@@ -40,28 +48,43 @@ def write_store(root: Path, messages: int, body_size: int) -> int:
     born, store = pack_host("10.0.0.7", 51000), pack_host("10.0.0.1", 10911)
     chunk = bytearray(64 << 20)
     written = 0
+    units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     with open(log_dir / f"{0:020d}", "wb") as f:
         f.truncate(FILE_SIZE)  # pre-allocated, zero-filled (sparse)
         pos = 0
         body = bytes(range(256))[:body_size] * (body_size // 256 + 1)
         body = body[:body_size]
         for i in range(messages):
-            topic = f"BenchTopic{i % 8}".encode()
-            props = encode_properties({"TAGS": f"tag{i % 16}", "KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}).encode()
+            topic = f"BenchTopic{i % TOPICS}".encode()
+            tag = f"tag{i % 16}"
+            props = encode_properties({"TAGS": tag, "KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}).encode()
             size = record_size(len(body), len(topic), len(props), False, False)
             if pos + size > len(chunk):
                 f.seek(written)
                 f.write(chunk[:pos])
                 written += pos
                 pos = 0
-            pack_record_into(chunk, pos, queue_id=i % 4, flag=0, queue_offset=i // 32, physical_offset=written + pos,
+            queue = units.setdefault((topic.decode(), i % 4), [])
+            pack_record_into(chunk, pos, queue_id=i % 4, flag=0, queue_offset=len(queue),
+                             physical_offset=written + pos,
                              sys_flag=0, born_timestamp=1_700_000_000_000 + i, born_host=born,
                              store_timestamp=1_700_000_000_100 + i, store_host=store, reconsume_times=0,
                              prepared_transaction_offset=0, body=body, topic=topic, properties=props)
+            queue.append((written + pos, size, tags_code(tag)))
             pos += size
         f.seek(written)
         f.write(chunk[:pos])
         written += pos
+    unit = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+    for (topic_name, queue_id), rows in units.items():
+        directory = root / "consumequeue" / topic_name / str(queue_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        per_file = CQ_FILE_SIZE // 20
+        for k in range(0, len(rows), per_file):
+            table = np.array(rows[k:k + per_file], unit)
+            with open(directory / f"{k * 20:020d}", "wb") as cq:
+                cq.truncate(CQ_FILE_SIZE)
+                cq.write(table.tobytes())
     return written
 
 
@@ -202,6 +225,23 @@ def _run(args, work: Path) -> int:
     def group(df):
         return lambda: df.groupBy("topic", "tags").count().collect()
 
+    def pushed(on: bool, query):
+        def run():
+            spark.conf.set("spark.sql.python.filterPushdown.enabled", "true" if on else "false")
+            try:
+                return query()
+            finally:
+                spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        return run
+
+    # A fresh DataFrame per query: Spark (4.1-4.3) keeps a DataFrame's first planned Python read and reuses it for
+    # its later queries that push no filter (see README, "Filter pushdown").
+    def fresh():
+        return spark.read.format("rocketmq").load(path)
+
+    one_topic = lambda: fresh().where("topic = 'BenchTopic3'").groupBy("tags").count().collect()  # noqa: E731
+    one_key = lambda: fresh().where(f"keys = 'k{n // 2 + 3}'").collect()  # noqa: E731
+
     cases = [
         ("parquet: count()", lambda: parquet.count()),
         ("parquet: groupBy(topic,tags)", group(parquet)),
@@ -214,7 +254,13 @@ def _run(args, work: Path) -> int:
         ("no-decode python source: groupBy", group(floor_strings)),
         ("parquet: sum(length(body)) (full scan)", lambda: parquet.selectExpr("sum(length(body))").collect()),
         ("rocketmq: sum(length(body)) (full scan)", lambda: full.selectExpr("sum(length(body))").collect()),
+        ("rocketmq: one topic of ten, pushed", pushed(True, one_topic)),
+        ("rocketmq: one topic of ten, scanned", pushed(False, one_topic)),
+        ("rocketmq: keys = one key, pushed", pushed(True, one_key)),
+        ("rocketmq: keys = one key, scanned", pushed(False, one_key)),
     ]
+    assert sorted(pushed(True, one_topic)()) == sorted(pushed(False, one_topic)())
+    assert pushed(True, one_key)() == pushed(False, one_key)() and len(one_key()) == 1
     assert full.count() == n == parquet.count() == pruned.count()
     assert sorted(group(full)()) == sorted(group(parquet)()) == sorted(group(pruned)())
     print(f"timing {len(cases)} cases, {args.runs} rounds after a warm-up ...", flush=True)
@@ -238,6 +284,11 @@ def _run(args, work: Path) -> int:
             ratios = f"median {median[pq] / median[name]:>5.2f}x   best {best[pq] / best[name]:>5.2f}x"
             print(f"  {query:<20} {label:<28} {ratios}")
     print("(no-decode python source: Spark's own cost for a Python data source, the ceiling for any reader)")
+    print("\nfilter pushdown (scanned time / pushed time, target >= 5x for one topic of ten):")
+    for label, name in (("where topic = one of ten, groupBy(tags)", "one topic of ten"),
+                        ("where keys = one key", "keys = one key")):
+        on, off = f"rocketmq: {name}, pushed", f"rocketmq: {name}, scanned"
+        print(f"  {label:<42} median {median[off] / median[on]:>6.1f}x   best {best[off] / best[on]:>6.1f}x")
     spark.stop()
     return 0
 

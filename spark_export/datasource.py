@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
 from spark_export.index_files import lookup_offsets
-from spark_export.pushdown import Pushdown, collect_filters, pushdown_requested
+from spark_export.pushdown import Pushdown, collect_filters, pushdown_requested, read_filter_mask
 from spark_export.records import DEFAULT_BATCH_ROWS, ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
@@ -164,6 +164,7 @@ class _Partition(InputPartition):
 
 class RocketMQReader(DataSourceReader):
     push = Pushdown()  # what the query's filters allow to skip (RocketMQFilteringReader fills it)
+    handled: tuple = ()  # the filters this reader applies itself (Spark does not apply them again)
 
     def __init__(self, options: ReadOptions, arrow_schema: pa.Schema) -> None:
         self.options = options
@@ -191,18 +192,33 @@ class RocketMQReader(DataSourceReader):
         raise ValueError(f"unknown table {opts.table!r}")
 
     def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
-        return _read_partition(partition, self.options, self.arrow_schema, self.push.with_topics(self.options.topics))
+        batches = _read_partition(partition, self.options, self.arrow_schema,
+                                  self.push.with_topics(self.options.topics))
+        if not self.handled:
+            return batches
+        return _exactly(batches, list(self.handled))
+
+
+def _exactly(batches: Iterator[pa.RecordBatch], handled: list) -> Iterator[pa.RecordBatch]:
+    """The rows of each batch that every handled filter keeps (the read itself is a superset)."""
+    for batch in batches:
+        mask = read_filter_mask(batch, handled)
+        if mask is not None:
+            batch = batch.filter(mask)
+        if batch.num_rows:
+            yield batch
 
 
 class RocketMQFilteringReader(RocketMQReader):
     """The reader when the session pushes filters (spark.sql.python.filterPushdown.enabled=true)."""
 
     def pushFilters(self, filters):
-        """Read what the filters allow to skip; hand every filter back, so Spark still applies each one exactly
-        (the read is a superset of the matching rows, never a different set)."""
-        filters = list(filters)
-        self.push = collect_filters(filters)
-        return filters
+        """Take the filters the reader can apply exactly (they also narrow what is read); return the others,
+        which Spark applies."""
+        push, handled, rest = collect_filters(list(filters), self.options.table, self.arrow_schema.names)
+        self.push = push
+        self.handled = tuple(handled)
+        return rest
 
 
 _RECORDS_PER_SET = 65_536

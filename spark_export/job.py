@@ -27,6 +27,13 @@ from spark_export.store import StoreError, StoreLayout, open_store  # noqa: E402
 __all__ = ["main", "package_zip", "check_store", "build_session", "export"]
 
 TABLES = ("messages", "consume_queue", "offsets", "topics")
+# The columns the summary reads back from each written table (any format, no schema inference).
+_SUMMARY_SCHEMAS = {
+    "messages": "topic string",
+    "consume_queue": "topic string, queue_id int, queue_offset long",
+    "offsets": "topic string, `group` string, queue_id int, offset long",
+    "topics": "topic string",
+}
 
 
 class JobError(Exception):
@@ -148,20 +155,25 @@ def export(spark, store: str, out: str, fmt: str = "parquet", topics: list[str] 
     if topics:
         reader = reader.option("topics", ",".join(topics))
     reader = reader.option("include_body", str(include_body).lower())
-    frames = {t: reader.option("table", t).load(store) for t in TABLES}
     counts = {}
+    written = {}
     for table in TABLES:
         started = time.monotonic()
         print(f"[spark_export] writing {table} ...", flush=True)
-        _writable(frames[table], fmt).write.mode("overwrite" if mode == "error" else mode).format(fmt) \
-            .save(os.path.join(out, table))
-        counts[table] = spark.read.format(fmt).load(os.path.join(out, table)).count() if fmt != "csv" else None
-        print(f"[spark_export] {table}: {counts[table] if counts[table] is not None else 'written'} rows "
-              f"in {time.monotonic() - started:.1f}s", flush=True)
-    per_topic = {r["topic"]: r["count"] for r in frames["messages"].groupBy("topic").count().collect()}
-    max_offsets = (frames["consume_queue"].groupBy("topic", "queue_id")
+        path = os.path.join(out, table)
+        writer = _writable(reader.option("table", table).load(store), fmt).write
+        if fmt == "csv":
+            writer = writer.option("header", "true")
+        writer.mode("overwrite" if mode == "error" else mode).format(fmt).save(path)
+        # The summary reads what was written (Spark's own readers: no second decode of the store in Python).
+        back = spark.read.schema(_SUMMARY_SCHEMAS[table]).format(fmt)
+        written[table] = (back.option("header", "true") if fmt == "csv" else back).load(path)
+        counts[table] = written[table].count()
+        print(f"[spark_export] {table}: {counts[table]} rows in {time.monotonic() - started:.1f}s", flush=True)
+    per_topic = {r["topic"]: r["count"] for r in written["messages"].groupBy("topic").count().collect()}
+    max_offsets = (written["consume_queue"].groupBy("topic", "queue_id")
                    .agg((F.max("queue_offset") + 1).alias("max_offset")))
-    lag_rows = (frames["offsets"].join(max_offsets, ["topic", "queue_id"], "left")
+    lag_rows = (written["offsets"].join(max_offsets, ["topic", "queue_id"], "left")
                 .withColumn("max_offset", F.coalesce("max_offset", F.lit(0)))
                 .withColumn("lag", F.greatest(F.col("max_offset") - F.col("offset"), F.lit(0)))
                 .orderBy("group", "topic", "queue_id").collect())

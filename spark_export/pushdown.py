@@ -1,8 +1,9 @@
 """Filters Spark pushes into the `rocketmq` source (DataSourceReader.pushFilters), and what they let a read skip.
 
-A query's filters are read into a :class:`Pushdown` (sets and inclusive ranges per column). They only ever *narrow
-what is read*: every filter is still handed back to Spark, which applies it to the rows read, so a pushed query
-returns exactly the rows the same query returns unpushed. What a read can skip:
+A query's filters are read into a :class:`Pushdown` (sets and inclusive ranges per column). The filters the reader
+takes narrow what is read, and the reader applies each of them exactly to the rows it returns (Spark trusts a
+pushed filter: it neither applies it again nor reuses the read for another query); the others are left to Spark.
+So a pushed query returns exactly the rows the same query returns unpushed. What a read can skip:
 
 * ``topic = / IN``: the topic's consume queues say where its records are; only those records are read.
 * ``queue_id`` (= / IN / range), ``queue_offset`` and ``commitlog_offset`` ranges, ``tags =``: consume-queue
@@ -22,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["Bounds", "Pushdown", "collect_filters", "pushdown_requested", "java_string_hash"]
+__all__ = ["Bounds", "Pushdown", "collect_filters", "read_filter_mask", "pushdown_requested", "java_string_hash"]
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 _INT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset")
@@ -104,67 +105,105 @@ class Pushdown:
 
 
 def _epoch_ms(value: Any) -> int | None:
-    """A timestamp filter value as epoch ms (naive datetimes are taken as UTC)."""
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
+    """An aware datetime (Spark's TimestampType filter value) as epoch ms; None for anything else."""
+    if isinstance(value, _dt.datetime) and value.tzinfo is not None:
         return int(value.timestamp() * 1000)
-    if isinstance(value, _dt.date):
-        return int(_dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc).timestamp() * 1000)
     return None
 
 
-# Naive datetimes may be in the session's time zone rather than UTC: timestamp bounds are widened by this much so
-# that they never drop a row (Spark applies the exact filter afterwards).
-_TZ_SLACK_MS = 26 * 3600 * 1000
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_RANGES = {"queue_id": _INT32, "queue_offset": _INT64, "commitlog_offset": _INT64}
+_FILTER_TABLES = ("messages", "consume_queue")
 
 
-def collect_filters(filters: Iterable[Any]) -> Pushdown:
-    """The Pushdown of Spark's pushed filters (EqualTo, In, GreaterThan(OrEqual), LessThan(OrEqual) on the
-    columns above; anything else narrows nothing)."""
+def _int_value(column: str, value: Any) -> bool:
+    low, high = _RANGES[column]
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def collect_filters(filters: Iterable[Any], table: str, columns: Iterable[str]) -> tuple[Pushdown, list, list]:
+    """(Pushdown, handled filters, filters left to Spark).
+
+    A filter is handled when the reader can apply it exactly to the rows it decodes (its column is produced, its
+    value has the column's type): EqualTo / In on topic, tags, keys, uniq_key, queue_id; ranges (>, >=, <, <=)
+    and EqualTo on queue_id, queue_offset, commitlog_offset and store_timestamp. Only handled filters narrow the
+    read, and the reader applies each of them to the rows it returns (read_filter_mask): Spark trusts a pushed
+    filter and does not apply it again."""
     from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
 
+    produced = set(columns)
     push = Pushdown()
+    handled: list = []
+    rest: list = []
     for f in filters:
         path = getattr(f, "attribute", ())
-        if len(path) != 1:
+        column = path[0] if len(path) == 1 else None
+        if table not in _FILTER_TABLES or column not in produced:
+            rest.append(f)
             continue
-        column = path[0]
+        before = push
         if isinstance(f, (EqualTo, In)):
             values = (f.value,) if isinstance(f, EqualTo) else tuple(f.value)
-            if any(v is None for v in values):
-                continue
-            if column in _SET_COLUMNS and all(isinstance(v, str) for v in values):
+            if not values or any(v is None for v in values):
+                pass
+            elif column in _SET_COLUMNS and all(isinstance(v, str) for v in values):
                 name = _SET_COLUMNS[column]
                 current = getattr(push, name)
                 new = frozenset(values)
                 push = replace(push, **{name: new if current is None else current & new})
-            elif column == "queue_id" and all(isinstance(v, int) for v in values):
+            elif column == "queue_id" and all(_int_value(column, v) for v in values):
                 new = frozenset(values)
                 push = replace(push, queue_ids=new if push.queue_ids is None else push.queue_ids & new)
-            elif column in _INT_COLUMNS and isinstance(f, EqualTo) and isinstance(f.value, int):
+            elif column in _RANGES and isinstance(f, EqualTo) and _int_value(column, f.value):
                 push = replace(push, **{column: getattr(push, column).narrow(f.value, f.value)})
-            elif column == "store_timestamp" and isinstance(f, EqualTo):
+            elif column == "store_timestamp" and isinstance(f, EqualTo) and _epoch_ms(f.value) is not None:
                 ms = _epoch_ms(f.value)
-                if ms is not None:
-                    push = replace(push, store_timestamp_ms=push.store_timestamp_ms.narrow(
-                        ms - _TZ_SLACK_MS, ms + _TZ_SLACK_MS))
-            continue
-        lower = isinstance(f, (GreaterThan, GreaterThanOrEqual))
-        if not lower and not isinstance(f, (LessThan, LessThanOrEqual)):
-            continue
-        strict = isinstance(f, (GreaterThan, LessThan))
-        if column in _INT_COLUMNS and isinstance(f.value, int) and not isinstance(f.value, bool):
-            bound = f.value + (1 if lower else -1) * strict
-            push = replace(push, **{column: getattr(push, column).narrow(bound if lower else None,
-                                                                         None if lower else bound)})
-        elif column == "store_timestamp":
-            ms = _epoch_ms(f.value)
-            if ms is not None:
-                bound = ms - _TZ_SLACK_MS if lower else ms + _TZ_SLACK_MS
+                push = replace(push, store_timestamp_ms=push.store_timestamp_ms.narrow(ms, ms))
+        elif isinstance(f, (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+            lower = isinstance(f, (GreaterThan, GreaterThanOrEqual))
+            strict = isinstance(f, (GreaterThan, LessThan))
+            if column in _RANGES and _int_value(column, f.value):
+                bound = f.value + (1 if lower else -1) * strict
+                push = replace(push, **{column: getattr(push, column).narrow(bound if lower else None,
+                                                                             None if lower else bound)})
+            elif column == "store_timestamp" and _epoch_ms(f.value) is not None:
+                ms = _epoch_ms(f.value)  # whole ms bounds: inclusive both ways (the exact test is per row)
                 push = replace(push, store_timestamp_ms=push.store_timestamp_ms.narrow(
-                    bound if lower else None, None if lower else bound))
-    return push
+                    ms if lower else None, None if lower else ms + 1))
+        (handled if push is not before else rest).append(f)
+    return push, handled, rest
+
+
+def read_filter_mask(batch: Any, filters: list) -> Any:
+    """The rows of a decoded RecordBatch that every handled filter keeps (a pyarrow boolean array), or None when
+    they all do. Nulls never match, as in Spark."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
+
+    mask = None
+    for f in filters:
+        column = batch.column(batch.schema.get_field_index(f.attribute[0]))
+        if isinstance(f, In):
+            keep = pc.is_in(column, value_set=pa.array(list(f.value), column.type))
+        else:
+            value = pa.scalar(f.value, column.type)
+            if isinstance(f, EqualTo):
+                keep = pc.equal(column, value)
+            elif isinstance(f, GreaterThan):
+                keep = pc.greater(column, value)
+            elif isinstance(f, GreaterThanOrEqual):
+                keep = pc.greater_equal(column, value)
+            elif isinstance(f, LessThan):
+                keep = pc.less(column, value)
+            else:
+                keep = pc.less_equal(column, value)
+        keep = pc.fill_null(keep, False)
+        mask = keep if mask is None else pc.and_(mask, keep)
+    if mask is None or pc.all(mask).as_py():
+        return None
+    return mask
 
 
 def pushdown_requested(option: str) -> bool:
