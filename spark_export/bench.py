@@ -49,6 +49,7 @@ def write_store(root: Path, messages: int, body_size: int) -> int:
     chunk = bytearray(64 << 20)
     written = 0
     units: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    keys_of: dict[tuple[str, int], list[str]] = {}
     with open(log_dir / f"{0:020d}", "wb") as f:
         f.truncate(FILE_SIZE)  # pre-allocated, zero-filled (sparse)
         pos = 0
@@ -71,10 +72,13 @@ def write_store(root: Path, messages: int, body_size: int) -> int:
                              store_timestamp=1_700_000_000_100 + i, store_host=store, reconsume_times=0,
                              prepared_transaction_offset=0, body=body, topic=topic, properties=props)
             queue.append((written + pos, size, tags_code(tag)))
+            keys_of.setdefault((topic.decode(), i % 4), []).append(f"k{i}")
             pos += size
         f.seek(written)
         f.write(chunk[:pos])
         written += pos
+    write_index(root / "index", [(t, k, off) for (t, _q), rows in units.items() for (off, _s, _c), k in
+                                 zip(rows, keys_of[(t, _q)])])
     unit = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
     for (topic_name, queue_id), rows in units.items():
         directory = root / "consumequeue" / topic_name / str(queue_id)
@@ -86,6 +90,41 @@ def write_store(root: Path, messages: int, body_size: int) -> int:
                 cq.truncate(CQ_FILE_SIZE)
                 cq.write(table.tobytes())
     return written
+
+
+def write_index(directory: Path, entries: list[tuple[str, str, int]]) -> None:
+    """One index file in the reference's layout holding topic#key -> commit-log offset for every entry (as the
+    broker writes for KEYS), four entries per hash slot."""
+    import numpy as np
+
+    from protocol.hashing import index_key_hash
+
+    directory.mkdir(parents=True, exist_ok=True)
+    n = len(entries)
+    slots = max(1, -(-(n + 1) // 4))  # room for entry 0 (never used) and n entries
+    hashes = np.array([index_key_hash(f"{t}#{k}") for t, k, _ in entries], np.int64)
+    offsets = np.array([off for _, _, off in entries], np.int64)
+    slot = hashes % slots
+    index = np.arange(1, n + 1, dtype=np.int64)  # entry 0 is never used
+    order = np.lexsort((index, slot))
+    sorted_slot, sorted_index = slot[order], index[order]
+    previous = np.zeros(n, np.int64)
+    same = sorted_slot[1:] == sorted_slot[:-1]
+    previous[order[1:]] = np.where(same, sorted_index[:-1], 0)
+    last = np.ones(n, bool)
+    last[:-1] = ~same
+    table = np.zeros(slots, ">i4")
+    table[sorted_slot[last]] = sorted_index[last]
+    entry = np.zeros(n + 1, np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("prev", ">i4")]))
+    entry["hash"][1:], entry["offset"][1:], entry["prev"][1:] = hashes, offsets, previous
+    header = np.array([(1_700_000_000_000, 1_700_000_000_000 + n, int(offsets.min()), int(offsets.max()),
+                        int(last.sum()), n + 1)],
+                      np.dtype([("b", ">i8"), ("e", ">i8"), ("bo", ">i8"), ("eo", ">i8"), ("s", ">i4"), ("c", ">i4")]))
+    with open(directory / "20231114221320000", "wb") as f:
+        f.write(header.tobytes())
+        f.write(table.tobytes())
+        f.write(entry.tobytes())
+        f.write(bytes(20 * (4 * slots - n - 1)) if 4 * slots > n + 1 else b"")
 
 
 def floor_source():

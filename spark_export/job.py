@@ -22,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file (spark-submit spark_export/job.py): make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spark_export.store import StoreError, StoreLayout, open_store  # noqa: E402
+from spark_export.store import StoreError, StoreLayout, data_extent, open_store  # noqa: E402
 
 __all__ = ["main", "package_zip", "check_store", "build_session", "export"]
 
@@ -50,6 +50,26 @@ def package_zip(dest_dir: str | None = None) -> str:
         for path in sorted(pkg.glob("*.py")):
             zf.write(path, f"spark_export/{path.name}")
     return str(out)
+
+
+def stable_package_zip() -> str:
+    """package_zip() at a path named after the package's content, built once: numba caches the compiled kernels by
+    their source location, so a new zip per run would compile them again in every Python worker (~4 s)."""
+    import hashlib
+
+    pkg = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(pkg.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    user = getattr(os, "getuid", lambda: "user")()
+    home = Path(tempfile.gettempdir()) / f"spark_export-{user}-{digest.hexdigest()[:16]}"
+    target = home / "spark_export.zip"
+    if not target.exists():
+        staging = Path(package_zip(tempfile.mkdtemp(prefix="spark_export-build-")))
+        home.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, target)  # atomic: a concurrent job sees the old or the complete new zip
+        shutil.rmtree(staging.parent, ignore_errors=True)
+    return str(target)
 
 
 def check_store(layout: StoreLayout) -> list[str]:
@@ -83,8 +103,15 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *, progress: bool = True):
-    """A SparkSession with the `rocketmq` source registered and this package shipped to the executors."""
+SMALL_STORE_BYTES = 256 << 20  # below this much commit log the job tunes Spark for a short run
+
+
+def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *, progress: bool = True,
+                  small: bool = False):
+    """A SparkSession with the `rocketmq` source registered and this package shipped to the executors.
+
+    small=True (a small store, a local master): settings for a run of seconds, where start-up dominates: the JVM's
+    quick compiler only, no web UI, few shuffle partitions."""
     if not _java_available():
         raise JobError("no Java runtime found: Spark needs Java 17 or newer on PATH or in JAVA_HOME "
                        "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)")
@@ -97,6 +124,13 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
     # chose one (PYSPARK_PYTHON), or spark-submit started us (it has chosen the workers' Python already).
     if not os.environ.get("PYSPARK_PYTHON") and not _under_spark_submit():
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    if (master or "local").startswith("local") and ".zip" not in __file__:
+        # Local Python workers import this package from where it is, not from a zip that Spark copies to a new
+        # directory per run: numba caches the compiled kernels by source path (a new path costs ~3 s per worker).
+        where = str(Path(__file__).resolve().parent.parent)
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if where not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([where, *paths])
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1" if (master or "local").startswith("local") else "")
     if not os.environ["SPARK_LOCAL_IP"]:
         del os.environ["SPARK_LOCAL_IP"]
@@ -105,6 +139,10 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
         builder = builder.master(master)
     builder = builder.config("spark.ui.showConsoleProgress", "true" if progress else "false")
     builder = builder.config("spark.sql.session.timeZone", "UTC")
+    if small and (master or "local").startswith("local"):
+        builder = (builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", "4"))
     # Spark >= 4.1 talks to its Python workers over Unix domain sockets when asked: each Python task (and so
     # each rocketmq read) starts ~30 ms sooner than over loopback TCP. Older Spark ignores the key.
     builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
@@ -113,8 +151,9 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
     builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
     spark = builder.getOrCreate()
     shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""
-    if "spark_export" not in shipped and ".zip" not in __file__:  # imported from a directory: ship a zip
-        spark.sparkContext.addPyFile(package_zip())
+    local = (master or spark.sparkContext.master or "").startswith("local")
+    if "spark_export" not in shipped and ".zip" not in __file__ and not local:
+        spark.sparkContext.addPyFile(stable_package_zip())  # executors elsewhere: ship the package
     from spark_export import register
 
     register(spark)
@@ -229,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"[spark_export] warning: {problem}", file=sys.stderr)
         master = args.master or (None if _under_spark_submit() else "local[*]")
-        spark = build_session(master)
+        small = sum(size for _, _, size in layout.commit_log_files) <= SMALL_STORE_BYTES or \
+            sum(data_extent(path, size) for _, path, size in layout.commit_log_files) <= SMALL_STORE_BYTES
+        spark = build_session(master, small=small)
         try:
             topics = [t.strip() for t in args.topics.split(",") if t.strip()] if args.topics else None
             summary = export(spark, args.store, args.out, args.format, topics, include_body=not args.no_body,

@@ -61,6 +61,7 @@ def consume_queue_offsets(layout: StoreLayout, topics: frozenset[str], push: Pus
             continue
         with mapped(f.path) as buf:
             units = buf[:count * CQ_UNIT_SIZE].view(_CQ_DTYPE)
+            units = units[:_written_units(units)]
             offset = units["offset"].astype(np.int64)
             size = units["size"].astype(np.int64)
             tags = units["tags_code"].astype(np.int64) if tag_codes is not None else None
@@ -78,6 +79,20 @@ def consume_queue_offsets(layout: StoreLayout, topics: frozenset[str], push: Pus
     if not chunks:
         return np.empty(0, np.int64)
     return np.unique(np.concatenate(chunks))
+
+
+def _written_units(units: np.ndarray) -> int:
+    """How many units are written: units are appended in order into a zero-filled file, so the written ones are a
+    prefix; a binary search on "size set" finds its end without reading the (usually much longer) empty tail.
+    The caller still stops at the first empty unit inside the prefix."""
+    lo, hi = 0, len(units)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if units[mid]["size"] != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def group_by_file(layout: StoreLayout, offsets: np.ndarray, per_set: int) -> list[RecordSet]:
