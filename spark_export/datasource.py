@@ -221,7 +221,7 @@ class RocketMQFilteringReader(RocketMQReader):
         return rest
 
 
-_RECORDS_PER_SET = 65_536
+_RECORDS_PER_SET = 262_144
 
 
 def _planned_message_partitions(layout: StoreLayout, opts: ReadOptions, push: Pushdown) -> list[InputPartition]:
@@ -256,7 +256,10 @@ def _index_keys(push: Pushdown) -> list[str]:
 
 
 def _record_partitions(layout: StoreLayout, offsets: np.ndarray, opts: ReadOptions) -> list[InputPartition]:
-    sets = group_by_file(layout, offsets, _RECORDS_PER_SET)
+    """Records at known offsets, shared evenly between min_partitions partitions (at most _RECORDS_PER_SET
+    records per set)."""
+    per_set = min(_RECORDS_PER_SET, max(1, -(-len(offsets) // max(1, opts.min_partitions))))
+    sets = group_by_file(layout, offsets, per_set)
     if not sets:
         return []
     weights = [len(rs.positions) for rs in sets]
