@@ -65,11 +65,16 @@ def config(root: str, file_size: int) -> StoreConfig:
 
 
 def batch(first: int, n: int, queue_id: int, body_size: int) -> list[MessageToStore]:
+    """Messages as producers send them: a tag and a UNIQ_KEY each (so the index holds one entry per message)."""
     now = int(time.time() * 1000)
-    props = encode_properties({"TAGS": "TagA"})
     code = tags_code("TagA")
-    return [MessageToStore("BenchTopic", queue_id, 0, 0, now, BORN, 0,
-                           (b"%d/" % (first + k)).ljust(body_size, b"x"), props, code) for k in range(n)]
+    out = []
+    for k in range(n):
+        uniq = "%032X" % (first + k)
+        out.append(MessageToStore("BenchTopic", queue_id, 0, 0, now, BORN, 0,
+                                  (b"%d/" % (first + k)).ljust(body_size, b"x"),
+                                  encode_properties({"TAGS": "TagA", "UNIQ_KEY": uniq}), code, uniq_key=uniq))
+    return out
 
 
 async def fill(store: MessageStore, total_bytes: int, body_size: int) -> int:

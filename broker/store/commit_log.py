@@ -337,9 +337,10 @@ class CommitLog:
                 return idx
         return 0
 
-    def iter_record_positions(self, start_offset: int, end_offset: int):
+    def iter_record_positions(self, start_offset: int, end_offset: int, verified_from: int | None = None):
         """Yield (file, position, size) of every record in [start_offset, end_offset), stepping over the
-        unreadable regions recovery found."""
+        unreadable regions recovery found. Records at or after ``verified_from`` were just checked by a scan of the
+        log (recovery): there the chain is followed by TOTALSIZE and magic alone."""
         fsize = self.file_size
         regions = dict(self.corrupt_regions)
         mf = self.mfq.find(start_offset)
@@ -352,6 +353,13 @@ class CommitLog:
             mm = mf.mm
             next_start = mf.end_offset
             while pos < limit:
+                if verified_from is not None and mf.file_from_offset + pos >= verified_from \
+                        and pos + 8 <= limit and (not regions or mf.file_from_offset + pos not in regions):
+                    r, magic = _SIZE_MAGIC.unpack_from(mm, pos)
+                    if (magic == MAGIC_V1 or magic == MAGIC_V2) and 0 < r <= limit - pos:
+                        yield mf, pos, r
+                        pos += r
+                        continue
                 r = check_record(mm, pos, limit, False)
                 if r <= 0:
                     skip_to = regions.get(mf.file_from_offset + pos) if r == 0 else None

@@ -66,6 +66,7 @@ def recover(store: MessageStore, abnormal: bool) -> None:
     _check_checkpoint(store)
     files = cl.mfq.files
     redispatch_from = None
+    verified_from = None  # the abnormal scan checked every record from here to `end`
     regions: list[log_scan.Region] = []
     if not files:
         end = cl.max_offset
@@ -78,7 +79,7 @@ def recover(store: MessageStore, abnormal: bool) -> None:
             start = min(start, files[-1].file_from_offset)
         result = log_scan.scan(cl, start, verify_crc=True)
         end, regions = result.end, result.regions
-        redispatch_from = start
+        redispatch_from = verified_from = start
         _log_torn_tail(cl, end)
     cl.set_end(end)
     cl.corrupt_regions = [(r.start, r.end) for r in regions]
@@ -95,7 +96,8 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         redispatch_from = uncovered
     redispatched = 0
     if redispatch_from is not None and redispatch_from < end:
-        redispatched, again_from = _redispatch(store, redispatch_from, end, find_gaps=True)
+        redispatched, again_from = _redispatch(store, redispatch_from, end, find_gaps=True,
+                                               verified_from=verified_from)
         if again_from is not None:
             log.warning("recovery: consume queues miss records from before offset %d: re-building them from "
                         "offset %d", redispatch_from, min(again_from, redispatch_from))
@@ -239,13 +241,16 @@ def _verified_cover(cl, cq) -> int | None:
     return mf.file_from_offset if mf is not None else covered
 
 
+_UNIQ_KEY_NAME = b"UNIQ_KEY\x01"
+_KEYS_NAME = b"KEYS\x01"
 _HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
 
 
-def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False) -> tuple[int, int | None]:
+def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False,
+                verified_from: int | None = None) -> tuple[int, int | None]:
     """Re-build CQ units and index entries for records in [start, end) that are missing; returns how many CQ
     units were written and, with ``find_gaps``, the offset to start again from when a queue misses records from
     before ``start`` (those records are then left for that second pass instead of being filled over).
@@ -257,9 +262,10 @@ def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = Fal
     index_from = index.last_phy_offset if index is not None and index.files else -1
     delay_levels = store.delay_levels_ms
     topics: dict[bytes, str] = {}
+    queues: dict[tuple[bytes, int], object] = {}  # (raw topic, queue id) -> its consume queue, once looked up
     count = 0
     again_from = None
-    for mf, pos, size in cl.iter_record_positions(start, end):
+    for mf, pos, size in cl.iter_record_positions(start, end, verified_from):
         mm = mf.mm
         phys = mf.file_from_offset + pos
         _total, magic, _crc, queue_id, _flag, queue_offset, _phys, sys_flag = _HEAD.unpack_from(mm, pos)
@@ -277,6 +283,10 @@ def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = Fal
             topic_len = mm[p]
             p += 1
         raw_topic = mm[p:p + topic_len]
+        if not need_index and tran not in _NO_CQ_TYPES:  # the common case: already in its queue, skip at once
+            known = queues.get((raw_topic, queue_id))
+            if known is not None and queue_offset < known.max_offset:
+                continue
         topic = topics.get(raw_topic)
         if topic is None:
             topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
@@ -285,6 +295,7 @@ def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = Fal
         cq = None
         if tran not in _NO_CQ_TYPES:
             cq = store.get_or_create_consume_queue(topic, queue_id)
+            queues[(raw_topic, queue_id)] = cq
             if queue_offset < cq.max_offset:
                 cq = None  # already present
             elif find_gaps and queue_offset > cq.max_offset:
@@ -295,6 +306,9 @@ def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = Fal
             continue
         p += topic_len
         props_len = _SHORT.unpack_from(mm, p)[0]
+        if cq is None and (props_len <= 0 or (_UNIQ_KEY_NAME not in (raw := mm[p + 2:p + 2 + props_len])
+                                              and _KEYS_NAME not in raw)):
+            continue  # only the index could need it, and it has no key to index
         props = decode_properties(mm[p + 2:p + 2 + props_len].decode("utf-8", "replace")) if props_len > 0 else {}
         store_ts = _LONG.unpack_from(mm, pos + 48 + born_len)[0]
         if cq is not None:
