@@ -17,11 +17,13 @@ from aiohttp import web
 from broker.console.auth import SESSION_COOKIE, SESSION_TTL_S, ConsoleAuth
 from broker.console.history import CounterHistory, Sample, now_ms
 from broker.console.views import ConsoleError, ConsoleViews
+from broker.log_limit import RateLimitedLog
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
 log = logging.getLogger(__name__)
+_sign_in_failures = RateLimitedLog(log)  # per access key: a guessing client does not flood the log
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_REQUEST_BYTES = 64 * 1024
@@ -183,7 +185,8 @@ class ConsoleServer:
         body = await self._json_body(request)
         granted = self.auth.login(str(body.get("accessKey") or ""), str(body.get("secretKey") or ""))
         if granted is None:
-            log.warning("console: failed sign-in for %r from %s", body.get("accessKey"), request.remote)
+            _sign_in_failures.warning(("sign-in", str(body.get("accessKey"))[:64]),
+                                      "console: failed sign-in for %r from %s", body.get("accessKey"), request.remote)
             raise ConsoleError(401, "unknown access key or wrong secret key")
         token, session = granted
         response = web.json_response({"signedIn": True, "accessKey": session.access_key, "admin": session.admin})

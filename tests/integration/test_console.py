@@ -14,6 +14,7 @@ import pytest
 from conftest import free_port
 
 from protocol.codes import RequestCode as RC
+from protocol.ids import decode_offset_msg_id
 
 from .console_support import (
     GROUP,
@@ -27,7 +28,7 @@ from .console_support import (
 )
 from .test_acl_broker import write_acl
 from .client_helpers import Recorder, push_consumer, wait_for
-from .wire import WireClient, pull_records
+from .wire import WireClient, pull_records, send_v2_fields
 
 
 @pytest.fixture
@@ -168,6 +169,16 @@ async def test_api_changes_topics_resets_offsets_and_explains_bad_requests(conso
         assert (await client.request(RC.QUERY_CONSUMER_OFFSET, query)).ext_fields["offset"] == "5"
     status, detail, _ = await asyncio.to_thread(http, base, f"/api/groups/{GROUP}")
     assert detail["lag"] == 0
+
+    # a body that is not text: shown as hex and base64 only
+    async with await WireClient.connect(console_broker.addr) as client:
+        sent = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0), b"\xff\xfe\x00binary")
+    _, _, phys = decode_offset_msg_id(sent.ext_fields["msgId"])
+    status, message, _ = await asyncio.to_thread(http, base, f"/api/messages/{phys}")
+    assert status == 200 and message["body"]["text"] is None and message["body"]["json"] is None
+    assert message["body"]["hex"].startswith("ff fe 00 62") and message["body"]["size"] == 9
+    status, missing, _ = await asyncio.to_thread(http, base, f"/api/messages/{phys + 1}")
+    assert status == 404 and "no message" in missing["error"]
 
 
 async def test_with_acl_everyone_signs_in_and_only_admins_change_things(broker_factory, tmp_path):
