@@ -33,7 +33,7 @@ RUN sed -i -E '/^[[:space:]]*(storePathRootDir|storePathCommitLog|dashboardHost)
 USER rocketmq
 WORKDIR /var/lib/rocketmq
 VOLUME ["/var/lib/rocketmq/store"]
-EXPOSE 9876 10909 10911 10912 8082
+EXPOSE 9876 10909 10911 10912 8081 8082
 
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import socket; socket.create_connection(('127.0.0.1', 10911), 2).close()"]

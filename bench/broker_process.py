@@ -43,6 +43,7 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
         "defaultTopicQueueNums=4",
         "enablePropertyFilter=true",
         "dashboardPort=0",
+        "enableGrpcProxy=false",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

@@ -44,6 +44,7 @@ from protocol.ids import pack_host
 log = logging.getLogger(__name__)
 
 DEFAULT_DASHBOARD_PORT = 8082
+DEFAULT_GRPC_PORT = 8081
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
 
@@ -144,6 +145,7 @@ class Broker:
         self.namesrv = None
         self.registrar = None
         self.console: Any = None  # broker/console ConsoleServer once started
+        self.grpc: Any = None  # broker/grpc GrpcEndpoint once started
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._stopped = False
@@ -174,6 +176,8 @@ class Broker:
             parts.append(f"metrics {self.metrics.bind_addr}")
         if self.console is not None and self.console.bind_addr:
             parts.append(f"console http://{self.console.bind_addr}/")
+        if self.grpc is not None and self.grpc.bind_addr:
+            parts.append(f"grpc {self.grpc.bind_addr}")
         return ", ".join(parts)
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -230,6 +234,7 @@ class Broker:
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
         await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
         await self._start_console()
+        await self._start_grpc()
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
         """A slave's registration answer names its master: replicate from it and copy its metadata."""
@@ -294,6 +299,27 @@ class Broker:
             await listen("dashboardPort", cfg.dashboard_host, port, console.start)
         self.console = console
 
+    async def _start_grpc(self) -> None:
+        """The gRPC endpoint of RocketMQ 5.x SDKs (enableGrpcProxy, grpcServerPort). As the console's port: the
+        default one (8081, key unset) is best effort, a port set in broker.conf must be free."""
+        cfg = self.config
+        port = DEFAULT_GRPC_PORT if cfg.grpc_server_port is None else cfg.grpc_server_port
+        if not cfg.enable_grpc_proxy or port == 0:
+            return
+        from broker.grpc.server import GrpcEndpoint  # grpcio is imported only when the endpoint runs
+
+        endpoint = GrpcEndpoint(self, cfg.listen_host, port)
+        if cfg.grpc_server_port is None:
+            try:
+                await endpoint.start()
+            except OSError as exc:
+                log.warning("gRPC endpoint not started: %s", bind_problem("grpcServerPort", cfg.listen_host, port,
+                                                                         exc))
+                return
+        else:
+            await listen("grpcServerPort", cfg.listen_host, port, endpoint.start)
+        self.grpc = endpoint
+
     def _spawn(self, coro, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
 
@@ -308,6 +334,12 @@ class Broker:
             await self.metrics.stop()
         except Exception:
             log.exception("stopping the metrics endpoint failed")
+        endpoint, self.grpc = self.grpc, None
+        if endpoint is not None:
+            try:
+                await endpoint.stop()
+            except Exception:
+                log.exception("stopping the gRPC endpoint failed")
         console, self.console = self.console, None
         if console is not None:
             try:

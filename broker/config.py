@@ -124,6 +124,9 @@ class BrokerConfig:
     # a port given in broker.conf must be free; 0 = off.
     dashboard_port: int | None = None
     dashboard_host: str = "127.0.0.1"
+    # the gRPC endpoint of RocketMQ 5.x SDKs (broker/grpc); unset port: 8081 when free (a busy default only warns)
+    enable_grpc_proxy: bool = True
+    grpc_server_port: int | None = None
     # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
     tls_mode: str = "disabled"  # disabled | permissive (TLS and plaintext on one port) | enforcing
     tls_server_cert_path: str | None = None  # PEM certificate chain
@@ -314,6 +317,8 @@ class BrokerConfig:
         _check_port(self, "metrics_port", allow_zero=True)
         if self.dashboard_port is not None:
             _check_port(self, "dashboard_port", allow_zero=True)
+        if self.grpc_server_port is not None:
+            _check_port(self, "grpc_server_port", allow_zero=True)
         for attr in (
             "mapped_file_size_commit_log",
             "mapped_file_size_consume_queue",

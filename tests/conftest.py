@@ -65,6 +65,7 @@ class BrokerProcess:
             "maxHashSlotNum": 50_000,
             "maxIndexNum": 200_000,
             "dashboardPort": 0,  # the web console only where a test asks for it (its default port is shared)
+            "enableGrpcProxy": "false",  # the same for the gRPC endpoint
         }
         if self.namesrv_port:
             settings["namesrvListenPort"] = self.namesrv_port

@@ -1,0 +1,323 @@
+"""apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: the producer side (routes, settings, heartbeats, sends).
+
+Sends go through the broker's own SEND_MESSAGE_V2 handler in process (as the web console's changes do), so a message
+sent over gRPC is checked, stored and dispatched exactly as one sent over remoting, and remoting consumers read it.
+Consumption over gRPC (POP: ReceiveMessage, AckMessage, ChangeInvisibleDuration) is not served yet: those calls
+answer with the status code UNSUPPORTED and a message saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import time
+import zlib
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from google.protobuf import duration_pb2
+
+from broker.acl.accounts import DENY, PUB, unmap_ipv4
+from broker.console.calls import AdminCallError, call_handler
+from broker.managers.topic_config import validate_topic
+from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from protocol.grpc import definition_pb2 as pb
+from protocol.grpc import service_pb2 as spb
+from protocol.grpc import service_pb2_grpc
+from protocol.properties import encode_properties
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_SIZE = 4 * 1024 * 1024
+MAX_USER_PROPERTIES = 128
+_SYSTEM_PROPERTY_NAMES = frozenset({
+    "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "CLUSTER", "__SHARDINGKEY", "TIMER_DELIVER_MS", "TRACE_CONTEXT", "__BORNHOST", "BORN_TIMESTAMP",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET", "INNER_NUM", "INNER_BASE",
+})
+_UNSUPPORTED = "not served yet by this broker: consumption over gRPC (POP) is in progress; use the remoting protocol"
+
+
+def status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+def _client_id(context: Any) -> str:
+    return _metadata(context, "x-mq-client-id")
+
+
+_AUTHORIZATION = re.compile(r"Credential=([^,\s]*)\s*,\s*SignedHeaders=([^,\s]*)\s*,\s*Signature=([0-9A-Fa-f]+)")
+
+
+def _metadata(context: Any, name: str) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == name:
+            return value
+    return ""
+
+
+def _peer_address(peer: str) -> str:
+    """gRPC's peer ("ipv4:127.0.0.1:5555", "ipv6:[::1]:5555") as host:port."""
+    kind, _, rest = peer.partition(":")
+    return rest if kind in ("ipv4", "ipv6") else "127.0.0.1:0"
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """The RPCs 5.x producers call, backed by the broker's managers and request handlers."""
+
+    def __init__(self, broker: "Broker", grpc_port: int) -> None:
+        self.broker = broker
+        self.grpc_port = grpc_port
+        self.settings: dict[str, pb.Settings] = {}  # client id -> its last Settings
+
+    # ---- access (ACL) ----------------------------------------------------------------------------------------
+    def _refusal(self, context: Any, topic: str | None = None) -> pb.Status | None:
+        """With aclEnable=true: the request must be signed by an account of the ACL file (the SDKs' authorization
+        header: HMAC-SHA1 of x-mq-date-time with the secret key), and a send needs PUB on its topic. None = allowed."""
+        validator = self.broker.acl_validator
+        if validator is None:
+            return None
+        config = validator.config
+        ip = unmap_ipv4(_peer_address(context.peer() or "").rpartition(":")[0].strip("[]"))
+        if config.global_white and config.globally_white(ip):
+            return None
+        found = _AUTHORIZATION.search(_metadata(context, "authorization"))
+        access_key = found.group(1).split("/", 1)[0] if found else ""
+        account = config.accounts.get(access_key) if access_key else None
+        if account is None:
+            return status(pb.UNAUTHORIZED, f"no accessKey of the ACL file signed this request ({access_key!r})")
+        if account.white_address(ip):
+            return None
+        expected = hmac.new(account.secret_key.encode(), _metadata(context, "x-mq-date-time").encode(),
+                            hashlib.sha1).hexdigest()
+        if not hmac.compare_digest(expected, found.group(3).lower()):
+            return status(pb.UNAUTHORIZED, f"check signature failed for accessKey={access_key}")
+        if topic is not None and not account.unrestricted_admin:
+            owned = account.permission_for(topic)
+            if owned & DENY or not owned & PUB:
+                return status(pb.UNAUTHORIZED, f"no PUB permission for topic:{topic}, accessKey={access_key}")
+        return None
+
+    # ---- routes ----------------------------------------------------------------------------------------------
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        refused = self._refusal(context)
+        if refused is not None:
+            return spb.QueryRouteResponse(status=refused)
+        topic = request.topic.name
+        problem = validate_topic(topic)
+        if problem is not None:
+            return spb.QueryRouteResponse(status=status(pb.ILLEGAL_TOPIC, problem))
+        config = self.broker.topic_config_manager.get(topic)
+        if config is None:
+            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+        endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
+        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
+        queues = []
+        read, write = config.read_queue_nums, config.write_queue_nums
+        for queue_id in range(max(read, write)):
+            readable = config.perm & PERM_READ and queue_id < read
+            writable = config.perm & PERM_WRITE and queue_id < write
+            permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
+                          else pb.WRITE if writable else pb.NONE)
+            queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
+                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY]))
+        return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
+
+    def _own_endpoints(self) -> pb.Endpoints:
+        host = self.broker.config.broker_ip1 or "127.0.0.1"
+        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=self.grpc_port)])
+
+    # ---- client lifecycle ------------------------------------------------------------------------------------
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: Any) -> AsyncIterator[spb.TelemetryCommand]:
+        client_id = _client_id(context)
+        refused = self._refusal(context)
+        if refused is not None:
+            yield spb.TelemetryCommand(status=refused)
+            return
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                continue  # answers to server-initiated commands: none are sent yet
+            settings = self._merged(command.settings)
+            if client_id:
+                self.settings[client_id] = settings
+            yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
+
+    def _merged(self, settings: pb.Settings) -> pb.Settings:
+        """The client's Settings with the server's values, as the reference fills them for a producer."""
+        merged = pb.Settings()
+        merged.CopyFrom(settings)
+        merged.metric.on = False
+        if settings.WhichOneof("pub_sub") == "publishing":
+            merged.publishing.max_body_size = MAX_BODY_SIZE
+            merged.publishing.validate_message_type = True
+            merged.backoff_policy.max_attempts = 3
+            backoff = merged.backoff_policy.exponential_backoff
+            backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
+            backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
+            backoff.multiplier = 2.0
+        return merged
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        refused = self._refusal(context)
+        if refused is not None:
+            return spb.HeartbeatResponse(status=refused)
+        if _client_id(context) not in self.settings:
+            return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
+                                                       "cannot find client settings for this client"))
+        return spb.HeartbeatResponse(status=status(pb.OK))
+
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: Any) -> spb.NotifyClientTerminationResponse:
+        if self.settings.pop(_client_id(context), None) is None:
+            return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
+                                                                     "cannot find client settings for this client"))
+        return spb.NotifyClientTerminationResponse(status=status(pb.OK))
+
+    # ---- sending ---------------------------------------------------------------------------------------------
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+        if not request.messages or len({m.topic.name for m in request.messages}) != 1:
+            return spb.SendMessageResponse(status=status(pb.MESSAGE_CORRUPTED,
+                                                         "give one or more messages of one topic"))
+        refused = self._refusal(context, request.messages[0].topic.name)
+        if refused is not None:
+            entries = [spb.SendResultEntry(status=refused, message_id=m.system_properties.message_id)
+                       for m in request.messages]
+            return spb.SendMessageResponse(status=refused, entries=entries)
+        peer = _peer_address(context.peer() or "")
+        entries = [await self._send_one(message, peer) for message in request.messages]
+        codes = {e.status.code for e in entries}
+        top = entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def _send_one(self, message: pb.Message, peer: str) -> spb.SendResultEntry:
+        problem = self._invalid(message)
+        if problem is not None:
+            code, text = problem
+            return spb.SendResultEntry(status=status(code, text), message_id=message.system_properties.message_id)
+        sp = message.system_properties
+        topic = message.topic.name
+        props = dict(message.user_properties)
+        if sp.HasField("tag"):
+            props["TAGS"] = sp.tag
+        if sp.keys:
+            props["KEYS"] = " ".join(sp.keys)
+        props["UNIQ_KEY"] = sp.message_id
+        if sp.HasField("message_group"):
+            props["__SHARDINGKEY"] = sp.message_group
+        if sp.HasField("trace_context"):
+            props["TRACE_CONTEXT"] = sp.trace_context
+        props["__BORNHOST"] = sp.born_host or peer
+        born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+        props["BORN_TIMESTAMP"] = str(born_ms)
+        props["PGROUP"] = topic
+        delay_level = None
+        if sp.HasField("delivery_timestamp"):
+            deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            delay_level = self._delay_level(deliver_ms)
+            if delay_level:
+                props["DELAY"] = str(delay_level)
+        queue_id = -1
+        config = self.broker.topic_config_manager.get(topic)
+        if sp.HasField("message_group") and config is not None and config.write_queue_nums > 0:
+            queue_id = (zlib.crc32(sp.message_group.encode()) & 0x7FFFFFFF) % config.write_queue_nums
+        sys_flag = 1 if sp.body_encoding == pb.GZIP else 0
+        fields = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": queue_id, "f": sys_flag, "g": born_ms,
+                  "h": 0, "i": encode_properties(props), "j": 0, "k": "false", "m": "false"}
+        try:
+            response = await call_handler(self.broker.dispatch_table, RequestCode.SEND_MESSAGE_V2, fields,
+                                          bytes(message.body), caller=peer)
+        except AdminCallError as exc:
+            return spb.SendResultEntry(status=status(_send_code(exc.code), exc.remark), message_id=sp.message_id)
+        ext = response.ext_fields or {}
+        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id,
+                                   offset=int(ext.get("queueOffset") or 0))
+
+    def _delay_level(self, deliver_ms: int) -> int:
+        """The smallest classic delay level that is not earlier than the requested delivery time (0: now)."""
+        wait = deliver_ms - int(time.time() * 1000)
+        if wait <= 0:
+            return 0
+        levels = self.broker.config.delay_levels_ms()
+        for level, level_ms in enumerate(levels, start=1):
+            if level_ms >= wait:
+                return level
+        return len(levels)
+
+    @staticmethod
+    def _invalid(message: pb.Message) -> tuple[int, str] | None:
+        sp = message.system_properties
+        problem = validate_topic(message.topic.name)
+        if problem is not None:
+            return pb.ILLEGAL_TOPIC, problem
+        if not message.body:
+            return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
+        if len(message.body) > MAX_BODY_SIZE:
+            return pb.MESSAGE_BODY_TOO_LARGE, f"the body has {len(message.body)} bytes, more than {MAX_BODY_SIZE}"
+        if len(message.user_properties) > MAX_USER_PROPERTIES:
+            return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
+        for name, value in message.user_properties.items():
+            if name in _SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
+                return pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is reserved or has control characters"
+        if sp.HasField("tag") and (not sp.tag.strip() or "|" in sp.tag or _has_control(sp.tag)):
+            return pb.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} is blank or has '|' or control characters"
+        for key in sp.keys:
+            if not key.strip() or _has_control(key):
+                return pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or has control characters"
+        if not sp.message_id:
+            return pb.ILLEGAL_MESSAGE_ID, "the message has no message_id"
+        if sp.HasField("message_group") and (not sp.message_group.strip() or len(sp.message_group.encode()) >= 64
+                                            or _has_control(sp.message_group)):
+            return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
+        if sp.message_type == pb.TRANSACTION:
+            return pb.UNSUPPORTED, "transactional messages over gRPC are not served yet"
+        return None
+
+    # ---- not served yet ---------------------------------------------------------------------------------------
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
+        return spb.QueryAssignmentResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
+                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        yield spb.ReceiveMessageResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        return spb.AckMessageResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
+        return spb.ChangeInvisibleDurationResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        return spb.EndTransactionResponse(status=status(pb.UNSUPPORTED, "transactions over gRPC are not served yet"))
+
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
+        return spb.RecallMessageResponse(status=status(pb.UNSUPPORTED, "recalling messages is not served yet"))
+
+
+def _send_code(response_code: int) -> int:
+    """A remoting send refusal as a gRPC status code (reference §8)."""
+    return {
+        ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+        ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+        ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+        ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+        ResponseCode.INVALID_PARAMETER: pb.BAD_REQUEST,
+        ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
+    }.get(response_code, pb.INTERNAL_SERVER_ERROR)
