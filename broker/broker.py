@@ -83,6 +83,22 @@ async def listen(key: str, host: str, port: int, start: Callable[[], Awaitable[N
     except OSError as exc:
         raise ConfigError(bind_problem(key, host, port, exc), key) from None
 
+async def listen_optional(key: str, configured: int | None, listener: Any, what: str) -> bool:
+    """Start an optional listener (`listener.host`, `.port`, `.start()`); False when it did not start.
+
+    A port left unset (`configured` None: the default) is best effort: a second broker on the machine runs without
+    it, with one warning. A port set in broker.conf must be free (ConfigError naming the key)."""
+    if configured is None:
+        try:
+            await listener.start()
+        except OSError as exc:
+            log.warning("%s not started: %s", what, bind_problem(key, listener.host, listener.port, exc))
+            return False
+        return True
+    await listen(key, listener.host, listener.port, listener.start)
+    return True
+
+
 class Broker:
     """One broker process worth of state and services."""
 
@@ -279,46 +295,29 @@ class Broker:
             self.vip_server = None
 
     async def _start_console(self) -> None:
-        """The web console on dashboardPort. The default port (8082, key unset) is best effort: a second broker on
-        the machine just runs without a console; a port set in broker.conf must be free."""
+        """The web console on dashboardPort (aiohttp is imported only when it runs)."""
         cfg = self.config
         port = DEFAULT_DASHBOARD_PORT if cfg.dashboard_port is None else cfg.dashboard_port
         if port == 0:
             return
-        from broker.console.server import ConsoleServer  # aiohttp is imported only when the console runs
+        from broker.console.server import ConsoleServer
 
         console = ConsoleServer(self, cfg.dashboard_host, port)
-        if cfg.dashboard_port is None:
-            try:
-                await console.start()
-            except OSError as exc:
-                log.warning("web console not started: %s", bind_problem("dashboardPort", cfg.dashboard_host, port,
-                                                                        exc))
-                return
-        else:
-            await listen("dashboardPort", cfg.dashboard_host, port, console.start)
-        self.console = console
+        if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
+            self.console = console
 
     async def _start_grpc(self) -> None:
-        """The gRPC endpoint of RocketMQ 5.x SDKs (enableGrpcProxy, grpcServerPort). As the console's port: the
-        default one (8081, key unset) is best effort, a port set in broker.conf must be free."""
+        """The gRPC endpoint of RocketMQ 5.x SDKs (enableGrpcProxy, grpcServerPort; grpcio is imported only when it
+        runs)."""
         cfg = self.config
         port = DEFAULT_GRPC_PORT if cfg.grpc_server_port is None else cfg.grpc_server_port
         if not cfg.enable_grpc_proxy or port == 0:
             return
-        from broker.grpc.server import GrpcEndpoint  # grpcio is imported only when the endpoint runs
+        from broker.grpc.server import GrpcEndpoint
 
         endpoint = GrpcEndpoint(self, cfg.listen_host, port)
-        if cfg.grpc_server_port is None:
-            try:
-                await endpoint.start()
-            except OSError as exc:
-                log.warning("gRPC endpoint not started: %s", bind_problem("grpcServerPort", cfg.listen_host, port,
-                                                                         exc))
-                return
-        else:
-            await listen("grpcServerPort", cfg.listen_host, port, endpoint.start)
-        self.grpc = endpoint
+        if await listen_optional("grpcServerPort", cfg.grpc_server_port, endpoint, "gRPC endpoint"):
+            self.grpc = endpoint
 
     def _spawn(self, coro, name: str) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))

@@ -232,7 +232,8 @@ def pushdown_requested(option: str) -> bool:
 
 
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode() as a signed 32-bit int (UTF-16 code units)."""
+    """Java's String.hashCode() as a signed 32-bit int (UTF-16 code units). protocol.hashing has the broker's
+    version; spark_export keeps its own because it ships to executors without the project's other packages."""
     h = 0
     data = text.encode("utf-16-le")
     for i in range(0, len(data), 2):

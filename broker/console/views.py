@@ -1,7 +1,7 @@
 """What the console's pages show, read from the broker's own managers and store, as JSON-ready dicts.
 
 Reads are bounded (a search returns at most `limit` messages and examines a bounded number of queue entries), so a
-page never holds the event loop for long. Changes go through the broker's request handlers (broker/console/calls.py).
+page never holds the event loop for long. Changes go through the broker's request handlers (broker/processors/inprocess.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from broker.console.calls import AdminCallError, call_handler
+from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.subscription_group import SYSTEM_GROUPS
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetBody

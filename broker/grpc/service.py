@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from google.protobuf import duration_pb2
 
 from broker.acl.accounts import DENY, PUB, unmap_ipv4
-from broker.console.calls import AdminCallError, call_handler
+from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb

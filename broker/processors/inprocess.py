@@ -1,8 +1,9 @@
-"""The console's admin operations run through the broker's own request handlers, in process.
+"""Requests run through the broker's own handlers, in process: for the web console's changes and the gRPC endpoint's
+sends.
 
-A change made in the console (create a topic, resend a dead letter, ...) is the very request `mqadmin` would send,
-handed to the same handler from the broker's dispatch table: the same checks, the same persistence before the
-answer, the same log line. Only the network hop is missing."""
+A change made in the console (create a topic, resend a dead letter, ...) or a message sent over gRPC is the very
+request `mqadmin` or a remoting producer would send, handed to the same handler from the broker's dispatch table: the
+same checks, the same persistence before the answer, the same log line. Only the network hop is missing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ _opaque = itertools.count(1)
 
 
 class ConsoleChannel:
-    """What a request handler sees of its caller when the console calls it: the operator's address and account."""
+    """What a request handler sees of an in-process caller: its address (the operator's, the gRPC peer's)."""
 
     def __init__(self, remote_addr: str) -> None:
         self.remote_addr = remote_addr
