@@ -1,4 +1,5 @@
-"""Fixtures for the interop tests: the Node.js runtime with ali-ons. The broker comes from tests/conftest.py."""
+"""Fixtures for the interop tests: the Node.js runtime with ali-ons (remoting) and rocketmq-client-nodejs (gRPC,
+the official RocketMQ 5.x Node SDK). The broker comes from tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 NODE_PROJECT = Path(__file__).resolve().parent / "node"
 NPM_CI_TIMEOUT_S = 300.0
+NODE_PACKAGES = ("ali-ons", "rocketmq-client-nodejs")  # tests/interop/node/package.json
 
 
 def _in_ci() -> bool:
@@ -40,13 +42,14 @@ def node_runtime() -> NodeRuntime:
     node = shutil.which("node")
     if node is None:
         _unavailable("Node.js is not installed: `apt-get install nodejs npm` (bash .ci/run does it)")
-    if not (NODE_PROJECT / "node_modules" / "ali-ons" / "package.json").is_file():
+    missing = [p for p in NODE_PACKAGES if not (NODE_PROJECT / "node_modules" / p / "package.json").is_file()]
+    if missing:
         if not _in_ci():  # never install packages behind a local user's back
-            pytest.skip(f"the ali-ons interop client is not installed: run `npm ci` in {NODE_PROJECT} "
+            pytest.skip(f"the Node interop clients {missing} are not installed: run `npm ci` in {NODE_PROJECT} "
                         "(bash .ci/run does it)")
         npm = shutil.which("npm")
         if npm is None:
-            _unavailable("npm is not installed, cannot install the ali-ons interop client")
+            _unavailable(f"npm is not installed, cannot install the Node interop clients {missing}")
         try:
             proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_PROJECT, capture_output=True,
                                   text=True, timeout=NPM_CI_TIMEOUT_S, stdin=subprocess.DEVNULL)
