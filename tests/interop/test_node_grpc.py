@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import time
 
@@ -45,14 +46,16 @@ async def _create_topic(addr: str, topic: str, queues: int = 2) -> None:
         assert resp.code == R.SUCCESS, resp.remark
 
 
-async def _run_node(node_runtime, broker, script: str, timeout_s: float, **options) -> dict:
-    """Run tests/interop/node/<script> with --endpoints and --<option> value...; its JSON summary (ok must be true)."""
+async def _run_node(node_runtime, broker, script: str, timeout_s: float, *, home, **options) -> dict:
+    """Run tests/interop/node/<script> with --endpoints and --<option> value...; its JSON summary (ok must be true).
+    HOME is `home`: parts of the SDK always log to ~/logs/rocketmq."""
     cmd = [node_runtime.node, str(node_runtime.script(script)), "--endpoints", broker.endpoints,
            "--timeout-ms", str(int(timeout_s * 1000))]
     for name, value in options.items():
         cmd += ["--" + name.replace("_", "-"), str(value)]
     proc = await asyncio.create_subprocess_exec(*cmd, cwd=node_runtime.project_dir, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                env=dict(os.environ, HOME=str(home)))
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout_s + NODE_GRACE_S)
     except asyncio.TimeoutError:
@@ -78,11 +81,11 @@ async def _stored(broker, topic: str, queues: int) -> list:
 
 # ---- a. Producer -------------------------------------------------------------------------------------------------
 
-async def test_node_producer_sends_and_a_remoting_pull_reads_tags_keys_and_ids(node_runtime, grpc_broker):
+async def test_node_producer_sends_and_a_remoting_pull_reads_tags_keys_and_ids(node_runtime, grpc_broker, tmp_path):
     topic, count = "NodeGrpcProduce", 10
     await _create_topic(grpc_broker.addr, topic)
-    summary = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, topic=topic, count=count,
-                              prefix="np")
+    summary = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
+                              count=count, prefix="np")
     sent = summary["sent"]
     assert len(sent) == count and len({s["messageId"] for s in sent}) == count
     # The SDK's chosen queue only decides the endpoints (and 1.0.8 only ever picks route queue 0: it compares
@@ -98,3 +101,168 @@ async def test_node_producer_sends_and_a_remoting_pull_reads_tags_keys_and_ids(n
         assert record.properties["TAGS"] == ("TagA" if i % 2 == 0 else "TagB")
         assert record.properties["KEYS"] == f"np-key-{i} np-alt-{i}"
         assert record.properties["seq"] == str(i) and record.properties["origin"] == "nodejs"
+
+
+# ---- helpers for the consumer tests ------------------------------------------------------------------------------
+
+OK = 20000  # apache.rocketmq.v2.Code.OK
+
+
+async def _create_group(addr: str, group: str, *, orderly: bool = False) -> None:
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeMessageOrderly": orderly}).encode()
+    async with await WireClient.connect(addr) as client:
+        resp = await client.request(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        assert resp.code == R.SUCCESS, resp.remark
+
+
+async def _remoting_send(broker, topic: str, count: int, prefix: str, queues: int = 2) -> list[dict]:
+    """Send over the remoting protocol (SEND_MESSAGE_V2) with UNIQ_KEY, TAGS, KEYS and a user property, like a
+    4.x producer does; what was sent, with the id each message carries."""
+    sent = []
+    async with await WireClient.connect(broker.addr) as client:
+        for i in range(count):
+            uniq = f"7F000001{int(time.time() * 1000) & 0xFFFFFFFF:08X}{i:016X}"
+            tag = "TagA" if i % 2 == 0 else "TagB"
+            keys = [f"{prefix}-key-{i}", f"{prefix}-alt-{i}"]
+            properties = props(UNIQ_KEY=uniq, TAGS=tag, KEYS=" ".join(keys), seq=str(i), WAIT="true")
+            body = f"{prefix} body {i}".encode()
+            resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(topic, i % queues, properties), body)
+            assert resp.code == R.SUCCESS, resp.remark
+            sent.append({"messageId": uniq, "tag": tag, "keys": keys, "body": body.decode(), "seq": str(i),
+                         "queueId": int(resp.ext_fields["queueId"]), "offset": int(resp.ext_fields["queueOffset"])})
+    return sent
+
+
+# ---- b. SimpleConsumer -------------------------------------------------------------------------------------------
+
+INVISIBLE_MS = 10_000  # the smallest invisible duration a receive may ask for (the reference's floor)
+CHANGE_MS = 1_000
+
+
+async def test_node_simple_consumer_receives_acks_changes_invisibility_and_gets_unacked_messages_back(
+        node_runtime, grpc_broker, tmp_path):
+    """Messages a remoting producer sent reach the Node SimpleConsumer with their id, tag, keys and properties.
+    TagA messages are acked at once and never come back. Of the TagB messages (not acked), the 1st and 3rd get
+    changeInvisibleDuration(1 s): a new receipt handle, and back ~1 s later with deliveryAttempt 2; the 2nd is left
+    alone and comes back after its 10 s invisible duration, not before, with deliveryAttempt 2."""
+    topic, group = "NodeGrpcSimple", "node_grpc_simple"
+    await _create_topic(grpc_broker.addr, topic)
+    sent = await _remoting_send(grpc_broker, topic, 6, "rs")
+    summary = await _run_node(node_runtime, grpc_broker, "grpc_simple_consumer.js", 28, home=tmp_path,
+                              topic=topic, group=group, expect=6, batch=16, await_ms=5000,
+                              invisible_ms=INVISIBLE_MS, hold_tag="TagB", change_ms=CHANGE_MS, change_every=2,
+                              receive_wait_ms=8000, redeliver_wait_ms=INVISIBLE_MS + 6000,
+                              quiet_until_ms=INVISIBLE_MS + 3000)
+    by_id = {s["messageId"]: s for s in sent}
+    first = {m["messageId"]: m for m in summary["first"]}
+    assert set(first) == set(by_id), "every message arrives once, with the UNIQ_KEY the remoting producer set"
+    for message_id, m in first.items():
+        s = by_id[message_id]
+        assert (m["topic"], m["tag"], m["keys"], m["body"]) == (topic, s["tag"], s["keys"], s["body"])
+        assert m["properties"] == {"seq": s["seq"]}, "user properties only: no system property leaks"
+        assert m["deliveryAttempt"] == 1 and not m["corrupted"] and m["receiptHandle"]
+        assert m["offset"] == s["offset"]
+
+    held = [s["messageId"] for s in sent if s["tag"] == "TagB"]
+    acked_first = {a["messageId"] for a in summary["acks"] if a["attempt"] == 1}
+    assert acked_first == {s["messageId"] for s in sent if s["tag"] == "TagA"}
+
+    changes = {c["messageId"]: c for c in summary["changes"]}
+    assert len(changes) == 2 and set(changes) < set(held)
+    for c in changes.values():
+        assert c["newHandle"] and c["newHandle"] != c["oldHandle"], "ChangeInvisibleDuration returns a new handle"
+    redelivered = {m["messageId"]: m for m in summary["redelivered"]}
+    assert set(redelivered) == set(held), f"un-acked messages come back: {summary['redelivered']}"
+    for message_id, m in redelivered.items():
+        s = by_id[message_id]
+        assert m["deliveryAttempt"] == 2, m
+        assert (m["topic"], m["tag"], m["keys"], m["body"]) == (topic, s["tag"], s["keys"], s["body"])
+        assert m["properties"] == {"seq": s["seq"]} and m["receiptHandle"] != first[message_id]["receiptHandle"]
+        if message_id in changes:  # back after the changed duration, well before the original one ran out
+            assert changes[message_id]["startMs"] + CHANGE_MS <= m["atMs"] < first[message_id]["atMs"] + INVISIBLE_MS
+        else:  # back once its invisible duration lapsed, not before
+            assert m["atMs"] >= first[message_id]["atMs"] + INVISIBLE_MS - 200, (m["atMs"], first[message_id])
+    assert {a["messageId"] for a in summary["acks"] if a["attempt"] == 2} == set(held)
+    assert summary["late"] == [], "acked messages, and redeliveries that were acked, must not come back"
+
+
+# ---- c. PushConsumer ---------------------------------------------------------------------------------------------
+
+def _deliveries_by_id(summary: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for d in summary["deliveries"]:
+        out.setdefault(d["messageId"], []).append(d)
+    return out
+
+
+def _answers(entries: list[dict]) -> dict[str, list[int | None]]:
+    out: dict[str, list[int | None]] = {}
+    for e in entries:
+        out.setdefault(e["messageId"], []).append(e.get("code"))
+    return out
+
+
+async def test_node_push_consumer_acks_everything_and_a_failed_message_comes_back(node_runtime, grpc_broker,
+                                                                                 tmp_path):
+    """A Node Producer sends 8 messages over gRPC; a Node PushConsumer (QueryAssignment + auto-renewed receives)
+    consumes them. Its listener returns FAILURE the first time it sees a TagB message: the SDK nacks it
+    (ChangeInvisibleDuration with its backoff delay) and the broker delivers it again with deliveryAttempt 2.
+    Every message is acked with status OK, and no acked message is delivered again."""
+    topic, group, count = "NodeGrpcPush", "node_grpc_push", 8
+    await _create_topic(grpc_broker.addr, topic)
+    produced = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
+                               count=count, prefix="pp")
+    sent = {s["messageId"]: s for s in produced["sent"]}
+    summary = await _run_node(node_runtime, grpc_broker, "grpc_push_consumer.js", 25, home=tmp_path, topic=topic,
+                              group=group, expect=count, fail_tag="TagB", fail_times=1, receive_wait_ms=15000,
+                              linger_ms=1500)
+    assert summary["fifo"] is False
+    deliveries = _deliveries_by_id(summary)
+    assert set(deliveries) == set(sent), "every message the Node producer sent is delivered"
+    for message_id, got in deliveries.items():
+        s = sent[message_id]
+        for d in got:
+            assert (d["topic"], d["tag"], d["keys"], d["body"]) == (topic, s["tag"], s["keys"], s["body"])
+            assert d["properties"] == {"seq": s["seq"], "origin": "nodejs"}
+            assert not d["corrupted"]
+        expected = [(1, "SUCCESS")] if s["tag"] == "TagA" else [(1, "FAILURE"), (2, "SUCCESS")]
+        assert [(d["deliveryAttempt"], d["outcome"]) for d in got] == expected, (message_id, got)
+
+    acks, nacks = _answers(summary["acks"]), _answers(summary["nacks"])
+    assert acks == {m: [OK] for m in sent}, f"one ack per message, answered OK: {summary['acks']}"
+    assert nacks == {m: [OK] for m, s in sent.items() if s["tag"] == "TagB"}, f"nacks: {summary['nacks']}"
+    assert summary["forwards"] == []
+
+
+# ---- d. FIFO -----------------------------------------------------------------------------------------------------
+
+async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_group_in_order(node_runtime, grpc_broker,
+                                                                                          tmp_path):
+    """Messages of two message groups, interleaved, sent by the Node Producer; the consumer group is orderly
+    (consumeMessageOrderly=true, created over remoting), so the broker's Settings say fifo and the Node
+    PushConsumer consumes each message group in send order, each message once."""
+    topic, group, count = "NodeGrpcFifo", "node_grpc_fifo", 12
+    await _create_topic(grpc_broker.addr, topic)
+    await _create_group(grpc_broker.addr, group, orderly=True)
+    produced = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
+                               count=count, prefix="fifo", message_groups="order-1,order-2")
+    sent = produced["sent"]
+
+    stored = {r.uniq_key: r for r in await _stored(grpc_broker, topic, 2)}
+    for message_group in ("order-1", "order-2"):
+        ids = [s["messageId"] for s in sent if s["messageGroup"] == message_group]
+        records = [stored[i] for i in ids]
+        assert all(r.properties["__SHARDINGKEY"] == message_group for r in records)
+        assert len({r.queue_id for r in records}) == 1, "one message group, one queue"
+        assert [r.queue_offset for r in records] == sorted(r.queue_offset for r in records)
+
+    summary = await _run_node(node_runtime, grpc_broker, "grpc_push_consumer.js", 25, home=tmp_path, topic=topic,
+                              group=group, expect=count, work_ms=30, receive_wait_ms=15000, linger_ms=1000)
+    assert summary["fifo"] is True, "an orderly group gets fifo = true in the Settings answer"
+    deliveries = _deliveries_by_id(summary)
+    assert {m: len(d) for m, d in deliveries.items()} == {s["messageId"]: 1 for s in sent}, "each message once"
+    for message_group in ("order-1", "order-2"):
+        expected = [s["messageId"] for s in sent if s["messageGroup"] == message_group]
+        got = [d["messageId"] for d in summary["deliveries"] if d["messageGroup"] == message_group]
+        assert got == expected, f"{message_group} consumed out of order: {got} != {expected}"
+    assert _answers(summary["acks"]) == {s["messageId"]: [OK] for s in sent}

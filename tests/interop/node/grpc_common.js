@@ -3,6 +3,8 @@
 // tests/interop/test_node_grpc.py: argument parsing, a logger on stderr (the SDK's default logger writes
 // to ~/logs/rocketmq), a hard deadline for the whole process, and exactly one JSON summary line on stdout.
 
+const util = require('node:util');
+
 const LOG_PREFIX = '[rocketmq-client-nodejs]';
 
 function parseArgs(argv, defaults) {
@@ -20,10 +22,11 @@ function parseArgs(argv, defaults) {
   return args;
 }
 
+const line = (level, a) => process.stderr.write(`${LOG_PREFIX} ${new Date().toISOString()} ${level} ${util.format(...a)}\n`);
 const stderrLogger = {
-  info: (...a) => console.error(LOG_PREFIX, 'INFO', ...a),
-  warn: (...a) => console.error(LOG_PREFIX, 'WARN', ...a),
-  error: (...a) => console.error(LOG_PREFIX, 'ERROR', ...a),
+  info: (...a) => line('INFO', a),
+  warn: (...a) => line('WARN', a),
+  error: (...a) => line('ERROR', a),
   debug: () => {},
   close: () => {},
 };

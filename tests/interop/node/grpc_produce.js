@@ -1,9 +1,10 @@
 'use strict';
-// rocketmq-client-nodejs Producer: sends --count messages (tag, keys, user properties) to --topic over gRPC.
+// rocketmq-client-nodejs Producer: sends --count messages (tag, keys, user properties; message i in message group
+// i mod n of --message-groups g1,g2,... when given) to --topic over gRPC, one after the other.
 const { Producer } = require('rocketmq-client-nodejs');
 const { run, shutdownQuietly, startupWithin, logger } = require('./grpc_common');
 
-run({ endpoints: '', topic: '', count: 10, prefix: 'node', timeoutMs: 20000 }, async (args, result) => {
+run({ endpoints: '', topic: '', count: 10, prefix: 'node', messageGroups: '', timeoutMs: 20000 }, async (args, result) => {
   result.phase = 'startup';
   const producer = new Producer({ endpoints: args.endpoints, namespace: '', topics: [args.topic], logger,
     requestTimeout: 3000 });
@@ -11,6 +12,7 @@ run({ endpoints: '', topic: '', count: 10, prefix: 'node', timeoutMs: 20000 }, a
     await startupWithin(producer, 'Producer', 10000);
     result.phase = 'send';
     result.sent = [];
+    const groups = args.messageGroups ? args.messageGroups.split(',') : [];
     for (let i = 0; i < args.count; i += 1) {
       const message = {
         topic: args.topic,
@@ -19,9 +21,11 @@ run({ endpoints: '', topic: '', count: 10, prefix: 'node', timeoutMs: 20000 }, a
         properties: new Map([['seq', String(i)], ['origin', 'nodejs']]),
         body: Buffer.from(`${args.prefix} body ${i}`),
       };
+      if (groups.length > 0) message.messageGroup = groups[i % groups.length];
       const receipt = await producer.send(message);
-      result.sent.push({ messageId: receipt.messageId, offset: Number(receipt.offset), tag: message.tag,
-        keys: message.keys, body: message.body.toString() });
+      result.sent.push({ messageId: receipt.messageId, offset: Number(receipt.offset), seq: String(i),
+        tag: message.tag, keys: message.keys, body: message.body.toString(),
+        messageGroup: message.messageGroup || null });
     }
     result.phase = 'shutdown';
   } finally {
