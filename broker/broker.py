@@ -26,6 +26,7 @@ from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
 from broker.metrics import BrokerMetrics
+from broker.pop.service import PopService
 from broker.processors import build_dispatch_table, build_processors, build_run_table
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
@@ -132,6 +133,9 @@ class Broker:
             offsets=self.consumer_offset_manager, delay_offset_path=os.path.join(config_dir, "delayOffset.json"),
             own_addr=config.broker_addr,
             connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length))
+        # POP consumption (5.x SDKs over gRPC): one store, groups and offsets shared with remoting consumers.
+        self.pop_service = PopService(self.store, self.topic_config_manager, self.subscription_group_manager,
+                                      self.consumer_offset_manager, config_dir, config.broker_name)
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.run_table = build_run_table(self.processors)
@@ -164,6 +168,7 @@ class Broker:
         self.grpc: Any = None  # broker/grpc GrpcEndpoint once started
         self._tasks: list[asyncio.Task] = []
         self._started = False
+        self._pop_started = False
         self._stopped = False
 
     # ---- properties -----------------------------------------------------------------------------
@@ -222,6 +227,10 @@ class Broker:
             for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
                 self.topic_config_manager.create_topic_if_absent(topic, 1)
             self.transaction_service.start()
+            self.pop_service.load()
+            self.store.add_arrival_listener(self.pop_service.on_message_arrival)
+            await self.pop_service.start()
+            self._pop_started = True
 
         from broker.namesrv.registrar import BrokerRegistrar
 
@@ -360,6 +369,11 @@ class Broker:
         except Exception:
             log.exception("stopping the schedule service failed")
         await self.transaction_service.stop()
+        if self._pop_started:
+            try:
+                await self.pop_service.stop()
+            except Exception:
+                log.exception("stopping the POP service failed")
         if self.ha_master is not None:
             await self.ha_master.stop()
         if self.ha_slave is not None:

@@ -127,6 +127,11 @@ class BrokerConfig:
     # the gRPC endpoint of RocketMQ 5.x SDKs (broker/grpc); unset port: 8081 when free (a busy default only warns)
     enable_grpc_proxy: bool = True
     grpc_server_port: int | None = None
+    # POP consumption over gRPC (the reference proxy's keys): the shortest invisible duration a receive may ask for,
+    # and the bounds of a receive's long poll
+    min_invisible_time_mills_for_recv: int = 10_000
+    grpc_client_consumer_min_long_polling_timeout_millis: int = 5_000
+    grpc_client_consumer_max_long_polling_timeout_millis: int = 20_000
     # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
     tls_mode: str = "disabled"  # disabled | permissive (TLS and plaintext on one port) | enforcing
     tls_server_cert_path: str | None = None  # PEM certificate chain
@@ -343,9 +348,18 @@ class BrokerConfig:
             "transaction_time_out",
             "transaction_check_interval",
             "transaction_check_max",
+            "min_invisible_time_mills_for_recv",
+            "grpc_client_consumer_min_long_polling_timeout_millis",
+            "grpc_client_consumer_max_long_polling_timeout_millis",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
+        if self.grpc_client_consumer_min_long_polling_timeout_millis > \
+                self.grpc_client_consumer_max_long_polling_timeout_millis:
+            raise ConfigError(f"must not exceed grpcClientConsumerMaxLongPollingTimeoutMillis "
+                              f"({self.grpc_client_consumer_max_long_polling_timeout_millis}), got "
+                              f"{self.grpc_client_consumer_min_long_polling_timeout_millis}",
+                              "grpcClientConsumerMinLongPollingTimeoutMillis")
         if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
             raise ConfigError(f"expected 0 (a quarter of writeBufferHighWaterMark) up to writeBufferHighWaterMark "
                               f"({self.write_buffer_high_water_mark}), got {self.write_buffer_low_water_mark}",

@@ -1,9 +1,8 @@
-"""apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: the producer side (routes, settings, heartbeats, sends).
+"""apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: routes, settings, heartbeats, sends, and (through
+broker/grpc/consumer.py and the broker's POP service) receives, acks and invisibility changes.
 
 Sends go through the broker's own SEND_MESSAGE_V2 handler in process (as the web console's changes do), so a message
 sent over gRPC is checked, stored and dispatched exactly as one sent over remoting, and remoting consumers read it.
-Consumption over gRPC (POP: ReceiveMessage, AckMessage, ChangeInvisibleDuration) is not served yet: those calls
-answer with the status code UNSUPPORTED and a message saying so.
 """
 
 from __future__ import annotations
@@ -18,7 +17,10 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from google.protobuf import duration_pb2
 
-from broker.acl.accounts import DENY, PUB, unmap_ipv4
+from broker.acl.accounts import DENY, PUB, SUB, group_resource, unmap_ipv4
+from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
+from broker.grpc.consumer import ConsumerRpcs
+from broker.pop.service import MAX_BATCH
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
@@ -34,18 +36,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_SIZE = 4 * 1024 * 1024
 MAX_USER_PROPERTIES = 128
-_SYSTEM_PROPERTY_NAMES = frozenset({
-    "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
-    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
-    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "CLUSTER", "__SHARDINGKEY", "TIMER_DELIVER_MS", "TRACE_CONTEXT", "__BORNHOST", "BORN_TIMESTAMP",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET", "INNER_NUM", "INNER_BASE",
-})
-_UNSUPPORTED = "not served yet by this broker: consumption over gRPC (POP) is in progress; use the remoting protocol"
-
-
-def status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
+CLIENT_ALIVE_MS = 120_000  # a client silent this long (no heartbeat, settings or receive) is gone
 
 
 def _client_id(context: Any) -> str:
@@ -79,11 +70,29 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.grpc_port = grpc_port
         self.settings: dict[str, pb.Settings] = {}  # client id -> its last Settings
+        self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
+        broker.pop_service.client_alive = self.client_alive
+        self.consumers = ConsumerRpcs(broker.pop_service, broker.topic_config_manager,
+                                      broker.subscription_group_manager, broker.config, self.settings.get,
+                                      self._refusal, self._seen)
+
+    def _seen(self, context: Any) -> str:
+        """The caller's client id, noting that it is alive."""
+        client_id = _client_id(context)
+        if client_id:
+            self.last_seen[client_id] = time.monotonic()
+        return client_id
+
+    def client_alive(self, client_id: str) -> bool:
+        seen = self.last_seen.get(client_id)
+        return seen is not None and time.monotonic() - seen < CLIENT_ALIVE_MS / 1000
 
     # ---- access (ACL) ----------------------------------------------------------------------------------------
-    def _refusal(self, context: Any, topic: str | None = None) -> pb.Status | None:
+    def _refusal(self, context: Any, topic: str | None = None, group: str | None = None,
+                 subscribe: bool = False) -> pb.Status | None:
         """With aclEnable=true: the request must be signed by an account of the ACL file (the SDKs' authorization
-        header: HMAC-SHA1 of x-mq-date-time with the secret key), and a send needs PUB on its topic. None = allowed."""
+        header: HMAC-SHA1 of x-mq-date-time with the secret key); a send needs PUB on its topic, a consumer call SUB
+        on its topic and its group. None = allowed."""
         validator = self.broker.acl_validator
         if validator is None:
             return None
@@ -102,10 +111,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                             hashlib.sha1).hexdigest()
         if not hmac.compare_digest(expected, found.group(3).lower()):
             return status(pb.UNAUTHORIZED, f"check signature failed for accessKey={access_key}")
-        if topic is not None and not account.unrestricted_admin:
+        if account.unrestricted_admin:
+            return None
+        need, word = (SUB, "SUB") if subscribe else (PUB, "PUB")
+        if topic is not None:
             owned = account.permission_for(topic)
-            if owned & DENY or not owned & PUB:
-                return status(pb.UNAUTHORIZED, f"no PUB permission for topic:{topic}, accessKey={access_key}")
+            if owned & DENY or not owned & need:
+                return status(pb.UNAUTHORIZED, f"no {word} permission for topic:{topic}, accessKey={access_key}")
+        if group is not None:
+            owned = account.permission_for(group_resource(group))
+            if owned & DENY or not owned & SUB:
+                return status(pb.UNAUTHORIZED, f"no SUB permission for group:{group}, accessKey={access_key}")
         return None
 
     # ---- routes ----------------------------------------------------------------------------------------------
@@ -151,10 +167,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             settings = self._merged(command.settings)
             if client_id:
                 self.settings[client_id] = settings
+                self.last_seen[client_id] = time.monotonic()
             yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
 
     def _merged(self, settings: pb.Settings) -> pb.Settings:
-        """The client's Settings with the server's values, as the reference fills them for a producer."""
+        """The client's Settings with the server's values, as the reference fills them (§6)."""
         merged = pb.Settings()
         merged.CopyFrom(settings)
         merged.metric.on = False
@@ -166,22 +183,37 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
             backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
             backoff.multiplier = 2.0
+        elif settings.WhichOneof("pub_sub") == "subscription":
+            group = settings.subscription.group.name
+            subscription = merged.subscription
+            subscription.receive_batch_size = MAX_BATCH
+            subscription.long_polling_timeout.CopyFrom(
+                duration(self.broker.config.grpc_client_consumer_max_long_polling_timeout_millis))
+            subscription.fifo = self.consumers.fifo(group)
+            merged.backoff_policy.max_attempts = self.consumers.max_attempts(group)
+            # the classic retry delays: levels 3.. of messageDelayLevel (10 s, 30 s, 1 m, ... 2 h)
+            levels = self.broker.config.delay_levels_ms()[2:]
+            merged.backoff_policy.customized_backoff.next.extend(duration(ms) for ms in levels)
         return merged
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
         refused = self._refusal(context)
         if refused is not None:
             return spb.HeartbeatResponse(status=refused)
-        if _client_id(context) not in self.settings:
+        if self._seen(context) not in self.settings:
             return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
         return spb.HeartbeatResponse(status=status(pb.OK))
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
-        if self.settings.pop(_client_id(context), None) is None:
+        client_id = _client_id(context)
+        self.last_seen.pop(client_id, None)
+        if self.settings.pop(client_id, None) is None:
             return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                                      "cannot find client settings for this client"))
+        if self.broker.pop_service is not None:
+            self.broker.pop_service.release_client(client_id)
         return spb.NotifyClientTerminationResponse(status=status(pb.OK))
 
     # ---- sending ---------------------------------------------------------------------------------------------
@@ -267,7 +299,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if len(message.user_properties) > MAX_USER_PROPERTIES:
             return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
         for name, value in message.user_properties.items():
-            if name in _SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
+            if name in SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
                 return pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is reserved or has control characters"
         if sp.HasField("tag") and (not sp.tag.strip() or "|" in sp.tag or _has_control(sp.tag)):
             return pb.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} is blank or has '|' or control characters"
@@ -283,25 +315,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return pb.UNSUPPORTED, "transactional messages over gRPC are not served yet"
         return None
 
-    # ---- not served yet ---------------------------------------------------------------------------------------
+    # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
-        return spb.QueryAssignmentResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+        self._seen(context)
+        endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
+        return await self.consumers.query_assignment(request, context, endpoints)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        yield spb.ReceiveMessageResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+        self._seen(context)
+        async for frame in self.consumers.receive(request, context):
+            yield frame
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
-        return spb.AckMessageResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+        self._seen(context)
+        return await self.consumers.ack(request, context)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
-        return spb.ChangeInvisibleDurationResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+        self._seen(context)
+        return await self.consumers.change_invisible(request, context)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.UNSUPPORTED, _UNSUPPORTED))
+        self._seen(context)
+        return await self.consumers.forward_to_dead_letter(request, context)
 
+    # ---- not served yet ---------------------------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
         return spb.EndTransactionResponse(status=status(pb.UNSUPPORTED, "transactions over gRPC are not served yet"))
 

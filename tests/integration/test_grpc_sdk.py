@@ -1,6 +1,5 @@
 """The gRPC endpoint against the official RocketMQ 5.x Python SDK (PyPI rocketmq-python-client): a 5.x producer sends
-to the real broker process, and a remoting consumer reads what it sent. Consumption over gRPC is not served yet:
-its calls answer with a clear UNSUPPORTED status."""
+to the real broker process, and a remoting consumer reads what it sent. (Consumption over gRPC: test_grpc_pop.py.)"""
 
 from __future__ import annotations
 
@@ -88,7 +87,7 @@ async def test_a_5x_sdk_producer_sends_and_a_remoting_consumer_reads(grpc_broker
         assert record.queue_offset == offset
 
 
-async def test_routes_statuses_and_what_is_not_served_yet(grpc_broker):
+async def test_routes_and_statuses(grpc_broker):
     await _create_topic(grpc_broker.addr, TOPIC, queues=3)
     metadata = (("x-mq-client-id", "test@1@1@abc"),)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_broker.grpc_port}") as channel:
@@ -115,7 +114,8 @@ async def test_routes_statuses_and_what_is_not_served_yet(grpc_broker):
         assert reserved.entries[0].status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
         frames = [f async for f in stub.ReceiveMessage(spb.ReceiveMessageRequest(
             group=pb.Resource(name="g"), batch_size=1), metadata=metadata, timeout=10)]
-        assert len(frames) == 1 and frames[0].status.code == pb.UNSUPPORTED and "POP" in frames[0].status.message
+        assert [f.WhichOneof("content") for f in frames] == ["status", "delivery_timestamp"]
+        assert frames[0].status.code == pb.ILLEGAL_TOPIC and "blank" in frames[0].status.message
 
 
 def _signed(access_key: str, secret_key: str, client_id: str = "acl@1@1@abc") -> tuple:

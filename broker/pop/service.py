@@ -1,0 +1,522 @@
+"""The POP service: hand messages out to a group, keep them invisible, take acks, bring lapsed ones back.
+
+Semantics (../shared/reference/grpc-proxy.md §9):
+- a receive pops up to `batch` messages of a topic for a group, from all its readable queues (or one queue), and
+  from the group's pop retry topic ``%RETRY%<group>_<topic>``: first with 20 % probability, and always when the
+  normal queues did not fill the batch; each delivery gets a receipt handle and stays invisible for its duration;
+- an ack finishes the message for that group; ChangeInvisibleDuration restarts its invisibility from now;
+- a delivery that lapses is copied to the pop retry topic with reconsume times + 1 (same UNIQ_KEY, tag, keys) and
+  delivered from there under its original topic, with delivery attempt = reconsume times + 1; a message that has
+  been delivered `max_attempts` times goes to ``%DLQ%<group>`` instead;
+- FIFO groups (consumeMessageOrderly): per queue, the next messages wait while any of the last batch is in flight;
+  a lapsed batch is delivered again in the same order with its attempt + 1 (no retry topic);
+- auto-renewed deliveries (push consumers) stay invisible while their client is alive, up to 3 hours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.filter import MessageFilter
+from broker.managers.topic_config import dlq_topic
+from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, ReceiptHandle
+from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
+from broker.store.types import GetStatus, message_from_record
+from protocol.codes import PERM_READ
+from protocol.message import MessageRecord, RecordError, iter_records
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 32
+AUTO_RENEW_INVISIBLE_MS = 60_000
+AUTO_RENEW_AHEAD_MS = 10_000
+AUTO_RENEW_MAX_MS = 3 * 3600 * 1000
+REVIVE_INTERVAL_S = 0.5
+REVIVE_MAX_PER_PASS = 2_000
+RETRY_FIRST_PROBABILITY = 0.2
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROP_ORIGIN_QUEUE_ID = "POP_ORIGIN_QUEUE_ID"
+PROP_ORIGIN_QUEUE_OFFSET = "POP_ORIGIN_QUEUE_OFFSET"
+PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """Where lapsed deliveries of `topic` for `group` wait to be delivered again (the reference's v1 name)."""
+    return f"%RETRY%{group}_{topic}"
+
+
+class PopError(Exception):
+    """A refused POP request; `kind` is one of the KIND_* names (the gRPC layer maps it to a status code)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+KIND_HANDLE_EXPIRED = "handle_expired"
+KIND_HANDLE_UNKNOWN = "handle_unknown"
+KIND_NOT_FOUND = "not_found"
+KIND_INTERNAL = "internal"
+
+
+@dataclass(slots=True)
+class PopRequest:
+    group: str
+    topic: str
+    batch: int
+    invisible_ms: int
+    max_attempts: int
+    fifo: bool = False
+    queue_id: int = -1  # -1: every readable queue
+    message_filter: MessageFilter | None = None
+    tag_names: frozenset[str] | None = None  # exact tags (the filter's hash codes can collide)
+    renew_client: str = ""  # auto_renew: the client id whose liveness keeps the messages invisible
+    attempt_id: str = ""
+
+
+@dataclass(slots=True)
+class Delivery:
+    record: MessageRecord
+    handle: ReceiptHandle
+    attempt: int
+    topic: str  # the original topic, also for a message popped from the retry topic
+    queue_id: int  # the original queue and offset
+    queue_offset: int
+
+
+@dataclass(slots=True)
+class _DeadLetter:
+    key: QueueKey
+    offset: int
+    record: MessageRecord
+    group: str
+    topic: str
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one pop pass collected."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    dead: list[_DeadLetter] = field(default_factory=list)
+
+
+class PopService:
+    """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state."""
+
+    def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, config_dir: str, broker_name: str,
+                 client_alive: Callable[[str], bool] = lambda _client: True) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.broker_name = broker_name
+        self.client_alive = client_alive
+        self.state = PopState(config_dir)
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._rotation: dict[tuple[str, str], int] = {}
+        self._random = random.Random()
+        self._revive_task: asyncio.Task | None = None
+        self._wake_revive = asyncio.Event()
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.state.load()
+        for key, progress in self.state:
+            group, topic, queue_id = key
+            current = self.offsets.query_offset(group, topic, queue_id)
+            if current > progress.committed:  # reset while the state was not looking
+                progress.reset(current)
+                self.state.log_reset(key, current)
+            elif current < progress.committed:  # the offset file lagged behind the journal (crash)
+                self.offsets.commit_offset(group, topic, queue_id, progress.committed)
+            progress.written = progress.committed
+
+    async def start(self) -> None:
+        self._revive_task = asyncio.get_running_loop().create_task(self._revive_loop(), name="pop-revive")
+
+    async def stop(self) -> None:
+        task, self._revive_task = self._revive_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for waiting in self._waiters.values():
+            for event in waiting:
+                event.set()
+        self.state.close()
+
+    def on_message_arrival(self, topic: str, queue_id: int, max_offset: int, tags: Any = None) -> None:
+        """Store arrival listener: wake the receives waiting on this topic."""
+        waiting = self._waiters.get(topic)
+        if waiting:
+            for event in waiting:
+                event.set()
+
+    def _wake(self, topic: str) -> None:
+        self.on_message_arrival(topic, -1, 0)
+
+    def drop_topic(self, topic: str) -> None:
+        self.state.drop_topic(topic)
+
+    # ---- receive -------------------------------------------------------------------------------------------
+    async def receive(self, request: PopRequest, poll_s: float) -> list[Delivery]:
+        """Pop up to `request.batch` messages, waiting up to `poll_s` seconds for some to arrive."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, poll_s)
+        retry_topic = pop_retry_topic(request.group, request.topic)
+        event = asyncio.Event()
+        topics = (request.topic, retry_topic)
+        for name in topics:
+            self._waiters.setdefault(name, set()).add(event)
+        try:
+            for _ in range(100_000):
+                event.clear()
+                deliveries = await self._pop(request)
+                remaining = deadline - loop.time()
+                if deliveries or remaining <= 0 or self._revive_task is None:
+                    return deliveries
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+            return []
+        finally:
+            for name in topics:
+                waiting = self._waiters.get(name)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._waiters[name]
+
+    async def _pop(self, request: PopRequest) -> list[Delivery]:
+        collected = _Pass()
+        batch = max(1, min(request.batch, MAX_BATCH))
+        now = _now_ms()
+        config = self.topics.get(request.topic)
+        if config is None or not config.perm & PERM_READ:
+            raise PopError(KIND_NOT_FOUND, f"topic {request.topic} does not exist or is not readable")
+        retry_topic = pop_retry_topic(request.group, request.topic)
+        use_retry = not request.fifo and self.store.get_consume_queue(retry_topic, 0) is not None
+        if use_retry and self._random.random() < RETRY_FIRST_PROBABILITY:
+            self._pop_queue(request, retry_topic, 0, batch, now, collected)
+        if request.queue_id >= 0:
+            queue_ids = [request.queue_id] if request.queue_id < config.read_queue_nums else []
+        else:
+            count = config.read_queue_nums
+            turn = self._rotation.get((request.group, request.topic), 0)
+            self._rotation[(request.group, request.topic)] = turn + 1
+            queue_ids = [(turn + i) % count for i in range(count)] if count > 0 else []
+        for queue_id in queue_ids:
+            if len(collected.deliveries) >= batch:
+                break
+            self._pop_queue(request, request.topic, queue_id, batch - len(collected.deliveries), now, collected)
+        if use_retry and len(collected.deliveries) < batch:
+            self._pop_queue(request, retry_topic, 0, batch - len(collected.deliveries), now, collected)
+        self.state.maybe_snapshot()
+        if collected.dead:
+            await self._bury(collected.dead)
+        return collected.deliveries
+
+    def _progress(self, group: str, topic: str, queue_id: int) -> tuple[QueueKey, QueueProgress]:
+        key = (group, topic, queue_id)
+        progress = self.state.get(key)
+        current = self.offsets.query_offset(group, topic, queue_id)
+        if progress is None:
+            start = current if current >= 0 else self._start_offset(topic, queue_id)
+            progress = self.state.add(key, start)
+        elif current >= 0 and current != progress.written:  # reset (mqadmin, console) or a remoting consumer
+            progress.reset(current)
+            self.state.log_reset(key, current)
+        return key, progress
+
+    def _start_offset(self, topic: str, queue_id: int) -> int:
+        """A group new to a queue starts at its first message while the queue still has it, else at the newest."""
+        low = self.store.get_min_offset(topic, queue_id)
+        if low <= 0 or topic.startswith("%RETRY%"):
+            return max(low, 0)
+        return max(low, self.store.get_max_offset(topic, queue_id) - 1)
+
+    def _pop_queue(self, request: PopRequest, topic: str, queue_id: int, want: int, now: int,
+                   collected: _Pass) -> None:
+        key, progress = self._progress(request.group, topic, queue_id)
+        if request.fifo and progress.inflight:
+            self._pop_fifo_again(request, key, progress, now, collected)
+            return
+        start = progress.next_offset
+        result = self.store.get_messages(topic, queue_id, start, want, tag_filter=_tag_filter(request),
+                                         record_filter=_record_filter(request))
+        status = result.status
+        if status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MATCHED_LOGIC_QUEUE):
+            return
+        if status is GetStatus.OFFSET_OVERFLOW_BADLY:  # the queue is shorter than the cursor (truncated): follow it
+            progress.reset(result.next_begin_offset)
+            self.state.log_reset(key, result.next_begin_offset)
+            self._commit(key, progress)
+            return
+        end = max(result.next_begin_offset, start)
+        delivered: list[tuple[int, Inflight]] = []
+        finished: list[int] = []
+        is_retry = topic != request.topic
+        for buffer in result.buffers:
+            for record in _records(buffer):
+                offset = record.queue_offset
+                if offset < start or offset >= end:
+                    continue
+                if request.tag_names is not None and record.tags not in request.tag_names:
+                    continue  # a tag-hash collision: finished like any filtered-out message
+                attempt = record.reconsume_times + 1
+                entry = Inflight(record.physical_offset, now, request.invisible_ms, attempt, request.renew_client)
+                if attempt > request.max_attempts:
+                    entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
+                    collected.dead.append(_DeadLetter(key, offset, record, request.group, request.topic))
+                else:
+                    collected.deliveries.append(self._delivery(request, record, entry, offset, queue_id, is_retry))
+                delivered.append((offset, entry))
+        for offset, entry in delivered:
+            progress.inflight[offset] = entry
+        progress.skip_to(start, end, [o for o, _ in delivered])
+        if request.fifo:
+            progress.attempt_id = request.attempt_id
+        if end > start or delivered:
+            self.state.log_pop(key, start, end, delivered, finished, request.attempt_id if request.fifo else "")
+        self._commit(key, progress)
+
+    def _pop_fifo_again(self, request: PopRequest, key: QueueKey, progress: QueueProgress, now: int,
+                        collected: _Pass) -> None:
+        """A FIFO queue with messages in flight: blocked, unless the batch lapsed (deliver it again, in order) or
+        this is a retried receive of the same attempt (deliver the same messages)."""
+        entries = sorted(progress.inflight.items())
+        same_attempt = bool(request.attempt_id) and request.attempt_id == progress.attempt_id
+        if not same_attempt and any(not e.ready and e.expiry_ms > now for _, e in entries):
+            return
+        redelivered: list[tuple[int, Inflight]] = []
+        for offset, entry in entries:
+            record = self.store.look_record(entry.phys)
+            if record is None:  # its file is gone
+                progress.finish([offset])
+                self.state.log_finish(key, [offset])
+                continue
+            attempt = entry.attempt if same_attempt and not entry.ready else entry.attempt + 1
+            renewed = Inflight(entry.phys, now, request.invisible_ms, attempt, request.renew_client, entry.first_pop_ms)
+            if attempt > request.max_attempts:
+                renewed.invisible_ms = 30_000
+                collected.dead.append(_DeadLetter(key, offset, record, request.group, request.topic))
+            else:
+                collected.deliveries.append(self._delivery(request, record, renewed, offset, key[2], False))
+            progress.inflight[offset] = renewed
+            redelivered.append((offset, renewed))
+        progress.attempt_id = request.attempt_id
+        if redelivered:
+            self.state.log_pop(key, progress.next_offset, progress.next_offset, redelivered, [], request.attempt_id)
+        self._commit(key, progress)
+
+    def _delivery(self, request: PopRequest, record: MessageRecord, entry: Inflight, offset: int, queue_id: int,
+                  is_retry: bool) -> Delivery:
+        handle = ReceiptHandle(entry.pop_time_ms, entry.invisible_ms, TOPIC_KIND_RETRY if is_retry else
+                               TOPIC_KIND_NORMAL, self.broker_name, queue_id, offset, record.physical_offset)
+        origin_queue, origin_offset = queue_id, offset
+        if is_retry:
+            props = record.properties
+            origin_queue = _int(props.get(PROP_ORIGIN_QUEUE_ID), queue_id)
+            origin_offset = _int(props.get(PROP_ORIGIN_QUEUE_OFFSET), offset)
+        return Delivery(record, handle, entry.attempt, request.topic, origin_queue, origin_offset)
+
+    def _commit(self, key: QueueKey, progress: QueueProgress) -> None:
+        if progress.committed != progress.written:
+            self.offsets.commit_offset(key[0], key[1], key[2], progress.committed)
+            progress.written = progress.committed
+
+    # ---- ack, change invisibility, dead letters ------------------------------------------------------------
+    def _locate(self, group: str, topic: str, handle: ReceiptHandle) -> tuple[QueueKey, QueueProgress, Inflight]:
+        """The delivery a handle names, still in flight; PopError otherwise."""
+        actual = pop_retry_topic(group, topic) if handle.retry else topic
+        key = (group, actual, handle.queue_id)
+        progress = self.state.get(key)
+        entry = progress.inflight.get(handle.queue_offset) if progress is not None else None
+        now = _now_ms()
+        if entry is None or entry.ready or entry.expiry_ms <= now:
+            if handle.expiry_ms <= now or entry is not None:
+                raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
+            raise PopError(KIND_HANDLE_UNKNOWN, "the message of this receipt handle is not in flight (acked already?)")
+        return key, progress, entry
+
+    def ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:
+        """Finish one delivery; acking a message acked already (an unexpired handle) is harmless."""
+        try:
+            key, progress, _entry = self._locate(group, topic, handle)
+        except PopError as exc:
+            if exc.kind == KIND_HANDLE_UNKNOWN:
+                return
+            raise
+        progress.finish([handle.queue_offset])
+        self.state.log_finish(key, [handle.queue_offset])
+        self._commit(key, progress)
+        self.state.maybe_snapshot()
+        if not progress.inflight:
+            self._wake(topic)  # a FIFO queue may move on
+
+    def change_invisible(self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
+        """The delivery stays invisible `invisible_ms` from now; returns the handle that supersedes `handle`."""
+        key, progress, entry = self._locate(group, topic, handle)
+        now = _now_ms()
+        entry.pop_time_ms, entry.invisible_ms = now, max(0, invisible_ms)
+        entry.renew_client = ""
+        self.state.log_update(key, handle.queue_offset, entry)
+        self._wake_revive.set()
+        return handle.renewed(now, entry.invisible_ms)
+
+    async def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle) -> None:
+        key, _progress, _entry = self._locate(group, topic, handle)
+        record = self.store.look_record(handle.commit_log_offset)
+        if record is None:
+            raise PopError(KIND_NOT_FOUND, f"the message at commit-log offset {handle.commit_log_offset} is gone")
+        await self._bury([_DeadLetter(key, handle.queue_offset, record, group, topic)])
+
+    async def _bury(self, dead: list[_DeadLetter]) -> None:
+        """Write each message to %DLQ%<group>, then finish it; a failed write leaves it in flight (retried)."""
+        for item in dead:
+            config = self.topics.create_dlq_topic(item.group)
+            if config is None:
+                raise PopError(KIND_INTERNAL, f"cannot create the dead-letter topic {dlq_topic(item.group)}")
+            properties = dict(item.record.properties)
+            properties.setdefault(PROP_RETRY_TOPIC, item.topic)
+            properties[PROP_DLQ_ORIGIN_TOPIC] = item.topic
+            properties[PROP_DLQ_ORIGIN_MESSAGE_ID] = properties.get("UNIQ_KEY") or item.record.offset_msg_id
+            properties.setdefault(PROP_ORIGIN_MESSAGE_ID, item.record.offset_msg_id)
+            message = message_from_record(item.record, config.topic_name, 0, properties, item.record.reconsume_times)
+            result = await self.store.put_message(message)
+            if not result.ok:
+                raise PopError(KIND_INTERNAL, f"storing the dead letter failed: {result.status.name}")
+            progress = self.state.get(item.key)
+            if progress is not None and item.offset in progress.inflight:
+                progress.finish([item.offset])
+                self.state.log_finish(item.key, [item.offset])
+                self._commit(item.key, progress)
+            log.info("message %s of %s went to %s", properties.get("UNIQ_KEY"), item.topic, config.topic_name)
+
+    def release_client(self, client_id: str) -> None:
+        """A client went away: its auto-renewed deliveries lapse now (and come back soon)."""
+        now = _now_ms()
+        for key, progress in self.state:
+            for offset, entry in progress.inflight.items():
+                if entry.renew_client == client_id:
+                    entry.renew_client = ""
+                    entry.pop_time_ms, entry.invisible_ms = now, 0
+                    self.state.log_update(key, offset, entry)
+        self._wake_revive.set()
+
+    # ---- revive --------------------------------------------------------------------------------------------
+    async def _revive_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake_revive.wait(), REVIVE_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake_revive.clear()
+            try:
+                await self.revive_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("bringing back lapsed POP deliveries failed; retrying")
+
+    async def revive_once(self) -> int:
+        """Renew auto-renewed deliveries of live clients; bring back the lapsed ones. Returns how many lapsed."""
+        now = _now_ms()
+        lapsed: list[tuple[QueueKey, int, Inflight]] = []
+        for key, progress in self.state:
+            for offset, entry in progress.inflight.items():
+                if entry.ready:
+                    continue
+                if entry.renew_client and entry.expiry_ms - now <= AUTO_RENEW_AHEAD_MS:
+                    if now - entry.first_pop_ms < AUTO_RENEW_MAX_MS and self.client_alive(entry.renew_client):
+                        entry.pop_time_ms, entry.invisible_ms = now, AUTO_RENEW_INVISIBLE_MS
+                        self.state.log_update(key, offset, entry)
+                        continue
+                    entry.renew_client = ""
+                if entry.expiry_ms <= now:
+                    lapsed.append((key, offset, entry))
+                    if len(lapsed) >= REVIVE_MAX_PER_PASS:
+                        break
+        for key, offset, entry in lapsed:
+            await self._bring_back(key, offset, entry)
+        return len(lapsed)
+
+    async def _bring_back(self, key: QueueKey, offset: int, entry: Inflight) -> None:
+        group, topic, queue_id = key
+        progress = self.state.get(key)
+        if progress is None or progress.inflight.get(offset) is not entry or entry.expiry_ms > _now_ms():
+            return  # acked or changed meanwhile
+        original = _original_topic(group, topic)
+        group_config = self.groups.find(group)
+        if group_config is not None and group_config.consume_message_orderly:
+            entry.ready = True  # FIFO: delivered again in its place
+            self.state.log_update(key, offset, entry)
+            self._wake(original)
+            return
+        record = self.store.look_record(entry.phys)
+        if record is not None:
+            retry = pop_retry_topic(group, original)
+            config = self.topics.create_topic_if_absent(retry, 1)
+            if config is None:
+                log.error("cannot create the POP retry topic %s", retry)
+                return
+            properties = dict(record.properties)
+            properties.setdefault(PROP_RETRY_TOPIC, original)
+            properties.setdefault(PROP_ORIGIN_MESSAGE_ID, record.offset_msg_id)
+            if topic == original:
+                properties[PROP_ORIGIN_QUEUE_ID] = str(queue_id)
+                properties[PROP_ORIGIN_QUEUE_OFFSET] = str(offset)
+            message = message_from_record(record, retry, 0, properties, record.reconsume_times + 1)
+            result = await self.store.put_message(message)
+            if not result.ok:
+                log.warning("cannot re-queue a lapsed delivery of %s to %s: %s", original, retry, result.status.name)
+                return
+            if progress.inflight.get(offset) is not entry:
+                return  # acked while the copy was written: the copy is delivered once more (at least once)
+        progress.finish([offset])
+        self.state.log_finish(key, [offset])
+        self._commit(key, progress)
+
+
+def _original_topic(group: str, topic: str) -> str:
+    prefix = f"%RETRY%{group}_"
+    return topic[len(prefix):] if topic.startswith(prefix) else topic
+
+
+def _records(buffer: Any) -> list[MessageRecord]:
+    try:
+        return list(iter_records(buffer))
+    except RecordError as exc:
+        log.error("skipping unreadable records while popping: %s", exc)
+        return []
+
+
+def _tag_filter(request: PopRequest) -> Callable[[int], bool] | None:
+    return request.message_filter.tag_filter if request.message_filter is not None else None
+
+
+def _record_filter(request: PopRequest) -> Callable[[Any], bool] | None:
+    return request.message_filter.record_filter if request.message_filter is not None else None
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

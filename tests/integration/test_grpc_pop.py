@@ -1,0 +1,375 @@
+"""POP consumption over gRPC against the real broker process, with raw MessagingService stubs (the wire the 5.x SDKs
+speak): receive / ack / invisibility / redelivery / dead letters / FIFO / restarts, and messages crossing protocols."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import grpc
+import pytest
+from conftest import free_port
+from google.protobuf import duration_pb2
+
+from protocol.codes import RequestCode as RC, ResponseCode as R
+from protocol.grpc import definition_pb2 as pb
+from protocol.grpc import service_pb2 as spb
+from protocol.grpc import service_pb2_grpc
+
+from .wire import WireClient, props, pull_records, send_v2_fields
+
+TOPIC = "PopOrders"
+GROUP = "PopGroup"
+CLIENT = (("x-mq-client-id", "pop-test@1@1@abc"),)
+# short minimums, and 1 s retry delays (the push consumer's backoff after a FAILURE), so the tests run fast
+FAST = {"minInvisibleTimeMillsForRecv": 500, "grpcClientConsumerMinLongPollingTimeoutMillis": 100,
+        "messageDelayLevel": " ".join(["1s"] * 18)}
+
+
+def ms(value: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=value // 1000, nanos=(value % 1000) * 1_000_000)
+
+
+@pytest.fixture
+def pop_broker(broker_factory):
+    port = free_port()
+    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **FAST})
+    broker.grpc_port = port
+    return broker
+
+
+async def create_topic(addr: str, topic: str, queues: int = 2) -> None:
+    async with await WireClient.connect(addr) as client:
+        resp = await client.request(RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": str(queues),
+                                                                 "writeQueueNums": str(queues), "perm": "6"})
+        assert resp.code == R.SUCCESS, resp.remark
+
+
+async def create_group(addr: str, group: str, *, orderly: bool = False, retry_max_times: int = 16) -> None:
+    import json
+
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeMessageOrderly": orderly,
+                       "retryQueueNums": 1, "retryMaxTimes": retry_max_times}).encode()
+    async with await WireClient.connect(addr) as client:
+        resp = await client.request(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        assert resp.code == R.SUCCESS, resp.remark
+
+
+async def remoting_send(addr: str, topic: str, count: int, *, queue_id: int = 0, tag: str = "TagA",
+                        prefix: str = "remoting") -> list[str]:
+    ids = []
+    async with await WireClient.connect(addr) as client:
+        for i in range(count):
+            uniq = f"{prefix.upper()}{i:04d}{int(time.time() * 1000) % 100000:05d}"
+            fields = send_v2_fields(topic, queue_id, props(TAGS=tag, KEYS=f"k{i}", UNIQ_KEY=uniq, color="blue"))
+            resp = await client.request(RC.SEND_MESSAGE_V2, fields, f"{prefix} {i}".encode())
+            assert resp.code == R.SUCCESS, resp.remark
+            ids.append(uniq)
+    return ids
+
+
+class Pop:
+    """A raw gRPC consumer: the calls a SimpleConsumer makes."""
+
+    def __init__(self, port: int, group: str = GROUP, topic: str = TOPIC, metadata=CLIENT) -> None:
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
+        self.group, self.topic, self.metadata = group, topic, metadata
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def receive(self, batch: int = 32, invisible_ms: int = 3000, poll_ms: int = 300, *,
+                      tag: str = "*", queue_id: int = 0, sql: str | None = None, auto_renew: bool = False,
+                      attempt_id: str | None = None) -> tuple[pb.Status, list[pb.Message]]:
+        request = spb.ReceiveMessageRequest(
+            group=pb.Resource(name=self.group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=queue_id),
+            filter_expression=pb.FilterExpression(type=pb.SQL if sql else pb.TAG, expression=sql or tag),
+            batch_size=batch, auto_renew=auto_renew, long_polling_timeout=ms(poll_ms))
+        if not auto_renew:
+            request.invisible_duration.CopyFrom(ms(invisible_ms))
+        if attempt_id is not None:
+            request.attempt_id = attempt_id
+        frames = [f async for f in self.stub.ReceiveMessage(request, metadata=self.metadata, timeout=poll_ms / 1000 + 10)]
+        assert frames[0].WhichOneof("content") == "status" and frames[-1].WhichOneof("content") == "delivery_timestamp"
+        return frames[0].status, [f.message for f in frames[1:-1]]
+
+    async def messages(self, **kwargs) -> list[pb.Message]:
+        state, found = await self.receive(**kwargs)
+        assert state.code in (pb.OK, pb.MESSAGE_NOT_FOUND), state
+        return found
+
+    async def ack(self, message: pb.Message, handle: str | None = None) -> pb.Status:
+        entry = spb.AckMessageEntry(message_id=message.system_properties.message_id,
+                                    receipt_handle=handle or message.system_properties.receipt_handle)
+        resp = await self.stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=self.group),
+                                                                topic=pb.Resource(name=self.topic), entries=[entry]),
+                                          metadata=self.metadata, timeout=10)
+        return resp.status
+
+    async def change(self, message: pb.Message, invisible_ms: int, handle: str | None = None):
+        return await self.stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic),
+            receipt_handle=handle or message.system_properties.receipt_handle,
+            invisible_duration=ms(invisible_ms), message_id=message.system_properties.message_id),
+            metadata=self.metadata, timeout=10)
+
+
+async def collect(pop: Pop, want: int, *, within: float = 15.0, **kwargs) -> list[pb.Message]:
+    """Receive until `want` messages came (bounded)."""
+    got: list[pb.Message] = []
+    deadline = time.monotonic() + within
+    while len(got) < want and time.monotonic() < deadline:
+        got += await pop.messages(**kwargs)
+    return got
+
+
+async def test_receive_ack_and_redelivery_after_the_invisible_time(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 3, queue_id=0) + \
+        await remoting_send(pop_broker.addr, TOPIC, 3, queue_id=1, prefix="second")
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        first = await collect(pop, 6, invisible_ms=2000)
+        assert sorted(m.system_properties.message_id for m in first) == sorted(ids)
+        one = next(m for m in first if m.system_properties.message_id == ids[0])
+        assert one.topic.name == TOPIC and one.body == b"remoting 0" and one.system_properties.tag == "TagA"
+        assert list(one.system_properties.keys) == ["k0"] and dict(one.user_properties) == {"color": "blue"}
+        assert one.system_properties.delivery_attempt == 1 and one.system_properties.queue_id == 0
+        assert one.system_properties.body_digest.checksum == hashlib.md5(b"remoting 0").hexdigest().upper()
+        acked = [m for m in first if m.system_properties.message_id not in (ids[1], ids[4])]
+        for message in acked:
+            assert (await pop.ack(message)).code == pb.OK
+        assert (await pop.ack(acked[0])).code == pb.OK  # acking twice is harmless
+        assert await pop.messages(poll_ms=200) == []  # the two unacked ones are invisible
+        started = time.monotonic()
+        again = await collect(pop, 2, invisible_ms=5000, poll_ms=1000)
+        assert time.monotonic() - started > 1.0  # not before their invisible time ran out
+        assert sorted(m.system_properties.message_id for m in again) == sorted([ids[1], ids[4]])
+        assert {m.system_properties.delivery_attempt for m in again} == {2}
+        assert {m.topic.name for m in again} == {TOPIC} and {m.body for m in again} == {b"remoting 1", b"second 1"}
+        late = next(m for m in first if m.system_properties.message_id == ids[1])
+        expired = await pop.ack(late)  # the first delivery's handle lapsed
+        assert expired.code == pb.INVALID_RECEIPT_HANDLE and "expired" in expired.message
+        for message in again:
+            assert (await pop.ack(message)).code == pb.OK
+        assert await pop.messages(poll_ms=200) == []
+    finally:
+        await pop.close()
+    async with await WireClient.connect(pop_broker.addr) as client:  # progress is the group's consumer offset
+        for queue_id in (0, 1):
+            resp = await client.request(RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                   "queueId": str(queue_id)})
+            assert resp.code == R.SUCCESS and int(resp.ext_fields["offset"]) == 3
+
+
+async def test_change_invisible_duration_and_statuses(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 1)
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        [message] = await collect(pop, 1, invisible_ms=60_000)
+        changed = await pop.change(message, 300)
+        assert changed.status.code == pb.OK and changed.receipt_handle != message.system_properties.receipt_handle
+        [back] = await collect(pop, 1, invisible_ms=60_000, poll_ms=1000)
+        assert back.system_properties.message_id == ids[0] and back.system_properties.delivery_attempt == 2
+        longer = await pop.change(back, 60_000)
+        assert longer.status.code == pb.OK
+        assert await pop.messages(poll_ms=1200) == []  # still invisible
+        assert (await pop.ack(back, longer.receipt_handle)).code == pb.OK
+        bogus = await pop.ack(back, "not a handle")
+        assert bogus.code == pb.INVALID_RECEIPT_HANDLE
+        short, _ = await pop.receive(invisible_ms=100)
+        assert short.code == pb.ILLEGAL_INVISIBLE_TIME and "500" in short.message
+        bad, _ = await pop.receive(sql="a >")
+        assert bad.code == pb.ILLEGAL_FILTER_EXPRESSION
+        missing, _ = await Pop(pop_broker.grpc_port, topic="NoSuchTopic").receive()
+        assert missing.code == pb.TOPIC_NOT_FOUND
+    finally:
+        await pop.close()
+
+
+async def test_filters_dead_letters_and_a_restart_keeps_acks(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=1)
+    await create_group(pop_broker.addr, GROUP, retry_max_times=1)  # delivered at most twice
+    a_ids = await remoting_send(pop_broker.addr, TOPIC, 4, tag="TagA")
+    b_ids = await remoting_send(pop_broker.addr, TOPIC, 2, tag="TagB", prefix="bee")
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        tagged = await collect(pop, 2, tag="TagB", invisible_ms=600)
+        assert sorted(m.system_properties.message_id for m in tagged) == sorted(b_ids)
+        assert await pop.messages(tag="TagA", poll_ms=200) == []  # filtered-out TagA messages are finished
+        await asyncio.sleep(0.8)
+        again = await collect(pop, 2, tag="TagB", invisible_ms=600)
+        assert {m.system_properties.delivery_attempt for m in again} == {2}
+        await asyncio.sleep(0.8)
+        assert await pop.messages(tag="TagB", poll_ms=1500) == []  # third time: dead-lettered instead
+    finally:
+        await pop.close()
+    async with await WireClient.connect(pop_broker.addr) as client:
+        dead = await pull_records(client, f"%DLQ%{GROUP}", 0)
+    assert sorted(r.uniq_key for r in dead) == sorted(b_ids)
+    assert {r.properties["DLQ_ORIGIN_TOPIC"] for r in dead} == {TOPIC}
+
+    other = Pop(pop_broker.grpc_port, group="PopGroup2")
+    try:
+        got = await collect(other, 6, invisible_ms=60_000)  # another group gets everything, independently
+        assert sorted(m.system_properties.message_id for m in got) == sorted(a_ids + b_ids)
+        for message in got[:4]:
+            assert (await other.ack(message)).code == pb.OK
+    finally:
+        await other.close()
+    pop_broker.kill()  # kill -9: the acks are in the journal
+    pop_broker.start()
+    other = Pop(pop_broker.grpc_port, group="PopGroup2")
+    try:
+        assert await other.messages(poll_ms=300) == []  # two still invisible (60 s), four acked
+    finally:
+        await other.close()
+
+
+async def test_fifo_groups_get_their_queue_in_order_one_batch_at_a_time(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=1)
+    await create_group(pop_broker.addr, "FifoGroup", orderly=True)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 6)
+    pop = Pop(pop_broker.grpc_port, group="FifoGroup")
+    try:
+        first = await pop.messages(batch=3, invisible_ms=800)
+        assert [m.system_properties.message_id for m in first] == ids[:3]
+        assert await pop.messages(batch=3, poll_ms=200) == []  # blocked while the batch is in flight
+        retried = await pop.messages(batch=3, invisible_ms=800, attempt_id="")
+        assert retried == []
+        await asyncio.sleep(1.0)
+        again = await collect(pop, 3, batch=3, invisible_ms=5000)
+        assert [m.system_properties.message_id for m in again] == ids[:3]  # the same, in order
+        assert [m.system_properties.delivery_attempt for m in again] == [2, 2, 2]
+        for message in again:
+            assert (await pop.ack(message)).code == pb.OK
+        rest = await collect(pop, 3, batch=3, invisible_ms=5000)
+        assert [m.system_properties.message_id for m in rest] == ids[3:]
+        assert [m.system_properties.delivery_attempt for m in rest] == [1, 1, 1]
+        same = await pop.messages(batch=3, invisible_ms=5000, attempt_id="")
+        assert same == []
+    finally:
+        await pop.close()
+
+
+async def test_grpc_sent_messages_reach_remoting_and_remoting_sent_reach_grpc(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=1)
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        sent = await pop.stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+            topic=pb.Resource(name=TOPIC), body=b"over grpc", user_properties={"size": "L"},
+            system_properties=pb.SystemProperties(message_id="GRPC0001", tag="TagG", keys=["kg"]))]),
+            metadata=CLIENT, timeout=10)
+        assert sent.status.code == pb.OK
+        [message] = await collect(pop, 1)
+        assert message.system_properties.message_id == "GRPC0001" and message.user_properties["size"] == "L"
+        assert message.system_properties.tag == "TagG" and list(message.system_properties.keys) == ["kg"]
+    finally:
+        await pop.close()
+    async with await WireClient.connect(pop_broker.addr) as client:
+        [record] = await pull_records(client, TOPIC, 0)
+    assert record.uniq_key == "GRPC0001" and record.properties["TAGS"] == "TagG" and record.body == b"over grpc"
+
+
+# ---- the official Python 5.x SDK (PyPI rocketmq-python-client), in its own process ------------------------------
+SDK_SIMPLE = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+port, topic, group, want = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+consumer = SimpleConsumer(ClientConfiguration(f"127.0.0.1:{port}", Credentials()), group,
+                          {topic: FilterExpression("*")}, await_duration=1)
+consumer.startup()
+out = {"first": [], "again": [], "changed": None}
+try:
+    deadline = time.monotonic() + 30
+    held = []
+    while len(out["first"]) < want and time.monotonic() < deadline:
+        for m in consumer.receive(16, 1):  # invisible 1 s (the broker's minimum is lowered for the test)
+            out["first"].append([m.message_id, m.body.decode(), m.tag, list(m.keys), dict(m.properties),
+                                 m.delivery_attempt, bool(m.corrupted)])
+            if m.body.decode().endswith(" 0"):
+                held.append(m)  # not acked: comes back
+            else:
+                consumer.ack(m)
+    while not out["again"] and time.monotonic() < deadline:
+        for m in consumer.receive(16, 30):
+            out["again"].append([m.message_id, m.delivery_attempt])
+            consumer.change_invisible_duration(m, 1)
+            out["changed"] = m.receipt_handle
+            consumer.ack(m)  # with the handle the change returned
+    time.sleep(1.5)
+    out["after_ack"] = [m.message_id for m in consumer.receive(16, 30)]
+    print("RESULT " + json.dumps(out), flush=True)
+finally:
+    consumer.shutdown()
+"""
+
+SDK_PUSH = """
+import json, sys, threading, time
+from rocketmq import ClientConfiguration, ConsumeResult, Credentials, FilterExpression, PushConsumer
+from rocketmq.v5.consumer.push.message_listener import MessageListener
+
+port, topic, group, want = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+seen, lock, done = [], threading.Lock(), threading.Event()
+
+class Listener(MessageListener):
+    def consume(self, message):
+        with lock:
+            seen.append([message.message_id, message.delivery_attempt, message.body.decode()])
+            first_try = message.body.decode().endswith(" 1") and message.delivery_attempt == 1
+            if len(seen) >= want + 1:
+                done.set()
+        return ConsumeResult.FAILURE if first_try else ConsumeResult.SUCCESS
+
+consumer = PushConsumer(ClientConfiguration(f"127.0.0.1:{port}", Credentials()), group, Listener(),
+                        {topic: FilterExpression("*")})
+consumer.startup()
+try:
+    done.wait(40)
+    time.sleep(1.0)
+    with lock:
+        print("RESULT " + json.dumps(seen), flush=True)
+finally:
+    consumer.shutdown()
+"""
+
+
+def _run_sdk(script: str, *args: object, timeout: float = 90) -> object:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+async def test_the_python_sdk_simple_consumer(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 3)
+    out = await asyncio.to_thread(_run_sdk, SDK_SIMPLE, pop_broker.grpc_port, TOPIC, "SdkSimple", 3)
+    first = {row[0]: row for row in out["first"]}
+    assert sorted(first) == sorted(ids)
+    assert first[ids[1]][1:] == ["remoting 1", "TagA", ["k1"], {"color": "blue"}, 1, False]
+    assert out["again"] == [[ids[0], 2]]  # the one not acked came back after its invisible second
+    assert out["changed"] and out["after_ack"] == []
+
+
+async def test_the_python_sdk_push_consumer_acks_and_retries_failures(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC)
+    await create_group(pop_broker.addr, "SdkPush")
+    ids = await remoting_send(pop_broker.addr, TOPIC, 4)
+    seen = await asyncio.to_thread(_run_sdk, SDK_PUSH, pop_broker.grpc_port, TOPIC, "SdkPush", 4)
+    attempts = {}
+    for message_id, attempt, _body in seen:
+        attempts.setdefault(message_id, []).append(attempt)
+    assert sorted(attempts) == sorted(ids)
+    assert attempts[ids[1]] == [1, 2]  # FAILURE: redelivered after the backoff, attempt 2
+    assert all(attempts[i] == [1] for i in ids if i != ids[1])  # SUCCESS: acked, never again
