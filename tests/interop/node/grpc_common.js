@@ -104,7 +104,7 @@ function view(m) {
     messageGroup: m.messageGroup === undefined ? null : m.messageGroup,
     deliveryAttempt: m.deliveryAttempt === undefined ? null : m.deliveryAttempt,
     offset: m.offset === undefined ? null : m.offset,
-    corrupted: m.corrupted,
+    corrupted: m.corrupted === true, // the SDK only sets it when the digest does not match
     receiptHandle: m.receiptHandle,
   };
 }
