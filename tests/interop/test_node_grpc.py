@@ -69,6 +69,8 @@ async def _run_node(node_runtime, broker, script: str, timeout_s: float, *, home
     lines = [line for line in out.splitlines() if line.startswith("{")]
     assert lines, f"{script} printed no JSON summary\nstdout:\n{out[-2000:]}\n{context}"
     summary = json.loads(lines[-1])
+    if os.environ.get("NODE_GRPC_DEBUG"):
+        print(script, json.dumps(summary, indent=1))
     assert proc.returncode == 0 and summary["ok"], (
         f"{script} failed: {summary.get('failure')}\nsummary: {json.dumps(summary)[:4000]}\n{context}")
     return summary
@@ -240,13 +242,17 @@ async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_grou
                                                                                           tmp_path):
     """Messages of two message groups, interleaved, sent by the Node Producer; the consumer group is orderly
     (consumeMessageOrderly=true, created over remoting), so the broker's Settings say fifo and the Node
-    PushConsumer consumes each message group in send order, each message once."""
+    PushConsumer consumes each message group in send order. One message always fails: the SDK's ordered mode retries
+    it in place up to its max attempts (from the Settings' backoff policy; 1 when that is not exponential), then
+    forwards it with ForwardMessageToDeadLetterQueue, and its group goes on in order. The message is then in
+    %DLQ%<group>, read over remoting."""
     topic, group, count = "NodeGrpcFifo", "node_grpc_fifo", 12
     await _create_topic(grpc_broker.addr, topic)
     await _create_group(grpc_broker.addr, group, orderly=True)
     produced = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
                                count=count, prefix="fifo", message_groups="order-1,order-2")
     sent = produced["sent"]
+    by_id = {s["messageId"]: s for s in sent}
 
     stored = {r.uniq_key: r for r in await _stored(grpc_broker, topic, 2)}
     for message_group in ("order-1", "order-2"):
@@ -256,13 +262,26 @@ async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_grou
         assert len({r.queue_id for r in records}) == 1, "one message group, one queue"
         assert [r.queue_offset for r in records] == sorted(r.queue_offset for r in records)
 
+    poison = sent[4]["messageId"]  # order-1's 3rd message
     summary = await _run_node(node_runtime, grpc_broker, "grpc_push_consumer.js", 25, home=tmp_path, topic=topic,
-                              group=group, expect=count, work_ms=30, receive_wait_ms=15000, linger_ms=1000)
+                              group=group, expect=count, work_ms=20, fail_ids=poison, fail_times=1000,
+                              receive_wait_ms=15000, linger_ms=1000)
     assert summary["fifo"] is True, "an orderly group gets fifo = true in the Settings answer"
-    deliveries = _deliveries_by_id(summary)
-    assert {m: len(d) for m, d in deliveries.items()} == {s["messageId"]: 1 for s in sent}, "each message once"
+    attempts = summary["maxAttempts"] or 1  # the SDK only adopts an exponential backoff policy
     for message_group in ("order-1", "order-2"):
-        expected = [s["messageId"] for s in sent if s["messageGroup"] == message_group]
-        got = [d["messageId"] for d in summary["deliveries"] if d["messageGroup"] == message_group]
-        assert got == expected, f"{message_group} consumed out of order: {got} != {expected}"
-    assert _answers(summary["acks"]) == {s["messageId"]: [OK] for s in sent}
+        expected = []
+        for s in sent:
+            if s["messageGroup"] == message_group:
+                expected += [(s["messageId"], a, "SUCCESS" if s["messageId"] != poison else "FAILURE")
+                             for a in (range(1, attempts + 1) if s["messageId"] == poison else (1,))]
+        got = [(d["messageId"], d["deliveryAttempt"], d["outcome"]) for d in summary["deliveries"]
+               if d["messageGroup"] == message_group]
+        assert got == expected, f"{message_group} consumed out of order or more than once: {got} != {expected}"
+    assert _answers(summary["acks"]) == {m: [OK] for m in by_id if m != poison}, summary["acks"]
+    assert _answers(summary["forwards"]) == {poison: [OK]}, summary["forwards"]
+    assert summary["nacks"] == []
+
+    async with await WireClient.connect(grpc_broker.addr) as client:
+        dead = await pull_records(client, f"%DLQ%{group}", 0)
+    assert [r.uniq_key for r in dead] == [poison], "the forwarded message is in the group's dead-letter queue"
+    assert dead[0].body == by_id[poison]["body"].encode() and dead[0].properties["TAGS"] == by_id[poison]["tag"]

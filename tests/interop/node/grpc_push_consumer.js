@@ -2,8 +2,8 @@
 // rocketmq-client-nodejs PushConsumer over gRPC (QueryAssignment, auto-renewed ReceiveMessage, AckMessage,
 // ChangeInvisibleDuration as a negative acknowledgement; ordered consumption when the server's Settings say fifo).
 //
-// The listener returns FAILURE for the first --fail-times deliveries of each message tagged --fail-tag, SUCCESS
-// otherwise (after --work-ms of "work"). The script runs until --expect distinct messages were consumed
+// The listener returns FAILURE for the first --fail-times deliveries of each message tagged --fail-tag or whose id is
+// in --fail-ids id1,id2,..., SUCCESS otherwise (after --work-ms of "work"). The script runs until --expect distinct messages were consumed
 // successfully (at most --receive-wait-ms), then lingers --linger-ms to catch duplicate deliveries.
 // Every AckMessage / ChangeInvisibleDuration answer the SDK gets is recorded (the SDK swallows their errors).
 // Times in the summary are milliseconds since startup() returned.
@@ -11,7 +11,7 @@ const { PushConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
 const { run, shutdownQuietly, startupWithin, sleep, view, logger } = require('./grpc_common');
 
 run({
-  endpoints: '', topic: '', group: '', expect: 0, failTag: '', failTimes: 1, workMs: 0, receiveWaitMs: 15000,
+  endpoints: '', topic: '', group: '', expect: 0, failTag: '', failIds: '', failTimes: 1, workMs: 0, receiveWaitMs: 15000,
   lingerMs: 1000, timeoutMs: 30000,
 }, async (args, result) => {
   result.phase = 'startup';
@@ -22,6 +22,8 @@ run({
   let t0 = Date.now();
   const now = () => Date.now() - t0;
   const succeeded = new Set();
+  const failIds = new Set(args.failIds ? args.failIds.split(',') : []);
+  const shouldFail = (m) => (args.failTag && m.tag === args.failTag) || failIds.has(m.messageId);
   const failures = new Map();
   let consuming = 0;
   result.maxConcurrent = 0;
@@ -37,7 +39,7 @@ run({
         try {
           if (args.workMs > 0) await sleep(args.workMs);
           const failed = failures.get(m.messageId) || 0;
-          if (args.failTag && m.tag === args.failTag && failed < args.failTimes) {
+          if (shouldFail(m) && failed < args.failTimes) {
             failures.set(m.messageId, failed + 1);
             d.outcome = 'FAILURE';
             return ConsumeResult.FAILURE;
@@ -82,8 +84,10 @@ run({
     result.maxAttempts = policy ? policy.getMaxAttempts() : null;
 
     result.phase = 'consume';
-    while (succeeded.size < args.expect && now() < args.receiveWaitMs) await sleep(50);
-    if (succeeded.size < args.expect) throw new Error(`consumed ${succeeded.size} of ${args.expect} messages`);
+    // --expect counts messages consumed successfully, or forwarded to the dead-letter queue with an OK answer
+    const done = () => succeeded.size + result.forwards.filter((f) => f.code === 20000 /* Code.OK */).length;
+    while (done() < args.expect && now() < args.receiveWaitMs) await sleep(50);
+    if (done() < args.expect) throw new Error(`consumed ${done()} of ${args.expect} messages`);
     result.phase = 'linger';
     const until = now() + args.lingerMs;
     while (now() < until) await sleep(50);
