@@ -285,3 +285,53 @@ async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_grou
         dead = await pull_records(client, f"%DLQ%{group}", 0)
     assert [r.uniq_key for r in dead] == [poison], "the forwarded message is in the group's dead-letter queue"
     assert dead[0].body == by_id[poison]["body"].encode() and dead[0].properties["TAGS"] == by_id[poison]["tag"]
+
+
+@pytest.fixture
+def fast_grpc_broker(broker_factory):
+    """The gRPC broker with the shortest receive invisible duration and long poll lowered (broker.conf keys of the
+    reference proxy), so a test can let a handle expire in 3 s and see an empty receive in 0.5 s."""
+    port = free_port()
+    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port,
+                                   "minInvisibleTimeMillsForRecv": 1000,
+                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 500})
+    broker.grpc_port = port
+    broker.endpoints = f"127.0.0.1:{port}"
+    return broker
+
+
+async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_batch(node_runtime, fast_grpc_broker,
+                                                                                    tmp_path):
+    """Orderly group, one message group: the broker hands out the queue's messages a batch at a time, in order, and
+    nothing more of that queue while any message of the batch is un-acked. A batch left to expire comes back whole,
+    in the same order, with deliveryAttempt 2, and an ack with the expired handle is refused
+    (INVALID_RECEIPT_HANDLE)."""
+    broker = fast_grpc_broker
+    topic, group, invisible_ms = "NodeGrpcFifoSimple", "node_grpc_fifo_simple", 3000
+    await _create_topic(broker.addr, topic)
+    await _create_group(broker.addr, group, orderly=True)
+    produced = await _run_node(node_runtime, broker, "grpc_produce.js", 20, home=tmp_path, topic=topic, count=6,
+                               prefix="fs", message_groups="solo")
+    ids = [s["messageId"] for s in produced["sent"]]
+    queues = {r.queue_id for r in await _stored(broker, topic, 2)}
+    assert len(queues) == 1
+    # Where the broker put the message group matters to this SDK: its SimpleConsumer names route queue 0 in every
+    # ReceiveMessage (see test_node_producer_...), and the reference pops all queues of the broker for it anyway.
+    where = f"the message group is in queue {queues.pop()}; the Node SimpleConsumer always names queue 0"
+    summary = await _run_node(node_runtime, broker, "grpc_simple_fifo.js", 28, home=tmp_path, topic=topic,
+                              group=group, batch=2, await_ms=500, invisible_ms=invisible_ms, first_wait_ms=8000,
+                              expire_wait_ms=invisible_ms + 5000)
+    steps = summary["steps"]
+    got = {name: [(m["messageId"], m["deliveryAttempt"]) for m in step["messages"]] for name, step in steps.items()}
+    assert got == {
+        "r1": [(ids[0], 1), (ids[1], 1)],
+        "r2": [],  # blocked: the whole r1 batch is un-acked
+        "r3": [],  # still blocked: r1's second message is un-acked
+        "r4": [(ids[2], 1), (ids[3], 1)],
+        "r5": [(ids[2], 2), (ids[3], 2)],  # r4 expired: the same batch again, same order, next attempt
+        "r6": [(ids[4], 1), (ids[5], 1)],
+        "r7": [],
+    }, f"{where}\n{json.dumps(steps)[:3000]}"
+    assert all(m["messageGroup"] == "solo" for step in steps.values() for m in step["messages"])
+    assert steps["r5"]["atMs"] >= steps["r4"]["startMs"] + invisible_ms, "redelivered before the handle expired"
+    assert summary["expiredAck"]["ok"] is False and summary["expiredAck"]["code"] == 40013, summary["expiredAck"]
