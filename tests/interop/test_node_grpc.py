@@ -319,8 +319,8 @@ async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_ba
     # ReceiveMessage (see test_node_producer_...), and the reference pops all queues of the broker for it anyway.
     where = f"the message group is in queue {queues.pop()}; the Node SimpleConsumer always names queue 0"
     summary = await _run_node(node_runtime, broker, "grpc_simple_fifo.js", 28, home=tmp_path, topic=topic,
-                              group=group, batch=2, await_ms=500, invisible_ms=invisible_ms, first_wait_ms=8000,
-                              expire_wait_ms=invisible_ms + 5000)
+                              group=group, batch=2, await_ms=500, invisible_ms=invisible_ms, first_wait_ms=4000,
+                              expire_wait_ms=invisible_ms + 3000)
     steps = summary["steps"]
     got = {name: [(m["messageId"], m["deliveryAttempt"]) for m in step["messages"]] for name, step in steps.items()}
     assert got == {
