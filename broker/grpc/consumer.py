@@ -17,8 +17,8 @@ from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestam
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.topic_config import validate_group, validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
-from broker.pop.service import (AUTO_RENEW_INVISIBLE_MS, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_NOT_FOUND,
-                                MAX_BATCH, Delivery, PopError, PopRequest, PopService)
+from broker.pop.service import (AUTO_RENEW_INVISIBLE_MS, KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN,
+                                KIND_NOT_FOUND, MAX_BATCH, Delivery, PopError, PopRequest, PopService)
 from protocol.codes import PERM_READ
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -266,4 +266,4 @@ def _handle_code(exc: Exception) -> int:
 
 def _pop_code(kind: str) -> int:
     return {KIND_HANDLE_EXPIRED: pb.INVALID_RECEIPT_HANDLE, KIND_HANDLE_UNKNOWN: pb.INVALID_RECEIPT_HANDLE,
-            KIND_NOT_FOUND: pb.NOT_FOUND}.get(kind, pb.INTERNAL_SERVER_ERROR)
+            KIND_NOT_FOUND: pb.NOT_FOUND, KIND_BUSY: pb.TOO_MANY_REQUESTS}.get(kind, pb.INTERNAL_SERVER_ERROR)
