@@ -421,3 +421,35 @@ async def test_the_python_sdk_fifo_push_consumer_keeps_order_and_dead_letters_a_
     async with await WireClient.connect(pop_broker.addr) as client:
         dead = await pull_records(client, "%DLQ%SdkFifo", 0)
     assert [r.body for r in dead] == [b"step 2"]
+
+
+async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(broker_factory, tmp_path):
+    from .test_acl_broker import APP, write_acl
+    from .test_grpc_sdk import _signed
+
+    write_acl(tmp_path / "plain_acl.yml", reports="PUB")
+    port = free_port()
+    broker_factory(extra={"aclEnable": "true", "enableGrpcProxy": "true", "grpcServerPort": port, **FAST})
+    app = _signed(*APP)
+    sender = Pop(port, metadata=app)
+    try:
+        for topic in ("Orders", "Reports"):
+            sent = await sender.stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=topic), body=b"signed",
+                system_properties=pb.SystemProperties(message_id=f"ACL-{topic}"))]), metadata=app, timeout=10)
+            assert sent.status.code == pb.OK, sent.status.message
+    finally:
+        await sender.close()
+    cases = [("Orders", "shop", app, pb.OK, ""), ("Orders", "billing", app, pb.UNAUTHORIZED, "group:billing"),
+             ("Reports", "shop", app, pb.UNAUTHORIZED, "SUB permission for topic:Reports"),
+             ("Orders", "shop", CLIENT, pb.UNAUTHORIZED, "no accessKey")]
+    for topic, group, metadata, code, text in cases:
+        pop = Pop(port, group=group, topic=topic, metadata=metadata)
+        try:
+            state, found = await pop.receive(invisible_ms=5000)
+            assert state.code == code and text in state.message, (topic, group, state)
+            if code == pb.OK:
+                assert [m.system_properties.message_id for m in found] == ["ACL-Orders"]
+                assert (await pop.ack(found[0])).code == pb.OK
+        finally:
+            await pop.close()
