@@ -21,7 +21,7 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, AsyncIterator
 
-from broker.grpc.common import record_message
+from broker.grpc.common import record_message, status
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.transaction.half import HALF_TOPIC
 from broker.transaction.service import COMMIT, ROLLBACK
@@ -166,10 +166,6 @@ class TelemetryStreams:
 
 
 # ---- EndTransaction and checks -----------------------------------------------------------------------------------
-def _status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
-
-
 class GrpcTransactions:
     """EndTransaction through the broker's END_TRANSACTION handler, and the CheckRecipient that turns the broker's
     transaction checks into RecoverOrphanedTransactionCommands on producers' Telemetry streams."""
@@ -196,32 +192,32 @@ class GrpcTransactions:
     async def end_transaction(self, request: spb.EndTransactionRequest, peer: str) -> pb.Status:
         topic = request.topic.name
         if not request.transaction_id:
-            return _status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
+            return status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
         if not request.message_id:
-            return _status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
+            return status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
         try:
             commit_log_offset, queue_offset = parse_transaction_id(request.transaction_id)
         except ValueError as exc:
-            return _status(pb.INVALID_TRANSACTION_ID,
+            return status(pb.INVALID_TRANSACTION_ID,
                            f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
         if request.resolution == pb.COMMIT:
             decision = COMMIT
         elif request.resolution == pb.ROLLBACK:
             decision = ROLLBACK
         else:  # UNKNOWN: the transaction stays open and will be checked, as a remoting UNKNOWN
-            return _status(pb.OK, "no resolution given: the transaction stays open and will be checked again")
+            return status(pb.OK, "no resolution given: the transaction stays open and will be checked again")
         half = self.broker.transaction_service.look(commit_log_offset)
         if half is None or half.topic != HALF_TOPIC or half.physical_offset != commit_log_offset:
-            return _status(pb.INVALID_TRANSACTION_ID,
+            return status(pb.INVALID_TRANSACTION_ID,
                            f"transaction id {request.transaction_id}: no half message at commit-log offset "
                            f"{commit_log_offset}")
         uniq = half.properties.get("UNIQ_KEY")
         if uniq != request.message_id:
-            return _status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to message "
+            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to message "
                                                       f"{uniq}, not {request.message_id}")
         real_topic = half.properties.get("REAL_TOPIC")
         if real_topic != topic:
-            return _status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to topic "
+            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to topic "
                                                       f"{real_topic}, not {topic}")
         fields = {"producerGroup": topic, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
                   "commitOrRollback": decision,
@@ -230,8 +226,8 @@ class GrpcTransactions:
         try:
             await call_handler(self.broker.dispatch_table, RequestCode.END_TRANSACTION, fields, caller=peer)
         except AdminCallError as exc:
-            return _status(_end_code(exc), exc.remark)
-        return _status(pb.OK)
+            return status(_end_code(exc), exc.remark)
+        return status(pb.OK)
 
 
 def _end_code(exc: AdminCallError) -> int:
