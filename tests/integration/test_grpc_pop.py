@@ -453,3 +453,29 @@ async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(broker_fac
                 assert (await pop.ack(found[0])).code == pb.OK
         finally:
             await pop.close()
+
+
+async def test_a_group_switching_between_remoting_pulls_and_pop_shares_its_offset(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=1)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 6)
+    async with await WireClient.connect(pop_broker.addr) as client:  # a remoting consumer got the first two
+        resp = await client.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                "queueId": "0", "commitOffset": "2"})
+        assert resp.code == R.SUCCESS, resp.remark
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        got = await collect(pop, 4, invisible_ms=60_000)
+        assert [m.system_properties.message_id for m in got] == ids[2:]  # from the group's committed offset
+        for message in got[:2]:
+            assert (await pop.ack(message)).code == pb.OK
+        async with await WireClient.connect(pop_broker.addr) as client:
+            resp = await client.request(RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                   "queueId": "0"})
+            assert int(resp.ext_fields["offset"]) == 4  # POP progress is the group's offset for remoting too
+            resp = await client.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                    "queueId": "0", "commitOffset": "1"})
+            assert resp.code == R.SUCCESS
+        again = await collect(pop, 5, invisible_ms=60_000)  # an offset reset is followed
+        assert [m.system_properties.message_id for m in again] == ids[1:]
+    finally:
+        await pop.close()
