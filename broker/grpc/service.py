@@ -4,8 +4,8 @@
 Sends go through the broker's own SEND_MESSAGE_V2 handler in process (as the web console's changes do), so a message
 sent over gRPC is checked, stored and dispatched exactly as one sent over remoting, and remoting consumers read it.
 Transactional sends are half messages and EndTransaction runs the broker's END_TRANSACTION handler; the broker's
-transaction checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions.py). Delivery times are
-rounded up to the classic delay levels (the broker has no 5.x timer), so RecallMessage answers UNSUPPORTED.
+transaction checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions.py). Delivery times go to
+the broker's 5.x timer (TIMER_DELIVER_MS, broker/timer), and RecallMessage cancels a timed message before its time.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
 from broker.grpc.consumer import ConsumerRpcs
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
 from broker.pop.service import MAX_BATCH
+from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
+from protocol.ids import decode_offset_msg_id
 from protocol.properties import encode_properties
 
 if TYPE_CHECKING:
@@ -268,17 +270,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         props["BORN_TIMESTAMP"] = str(born_ms)
         props["PGROUP"] = topic
         transactional = sp.message_type == pb.TRANSACTION
-        delay_level = None
-        if sp.HasField("delivery_timestamp") and not transactional:
+        timed = False
+        if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
             deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
-            delay_level = self._delay_level(deliver_ms)
-            if delay_level is None:
+            ahead_ms = deliver_ms - int(time.time() * 1000)
+            limit_s = self.broker.config.timer_max_delay_sec
+            if ahead_ms > limit_s * 1000:
                 return spb.SendResultEntry(status=status(pb.ILLEGAL_DELIVERY_TIME, (
-                    f"the delivery time is {deliver_ms - int(time.time() * 1000)} ms ahead, later than the largest "
-                    f"delay level ({self.broker.config.delay_levels_ms()[-1]} ms): delivery times are rounded up to "
-                    "the delay levels of messageDelayLevel (no 5.x timer)")), message_id=sp.message_id)
-            if delay_level:
-                props["DELAY"] = str(delay_level)
+                    f"the delivery time is {ahead_ms // 1000} s ahead, more than timerMaxDelaySec ({limit_s} s)")),
+                    message_id=sp.message_id)
+            props["TIMER_DELIVER_MS"] = str(deliver_ms)
+            timed = ahead_ms > 0
         if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
             half_send_properties(props, message)
         queue_id = -1
@@ -298,19 +300,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if transactional:  # names the half record (offset msgId + half-queue offset) for EndTransaction
             return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset,
                                        transaction_id=transaction_id(ext.get("msgId") or "", offset))
-        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset)
-
-    def _delay_level(self, deliver_ms: int) -> int | None:
-        """The smallest classic delay level that is not earlier than the requested delivery time (0: now; None: later
-        than the largest level, which would deliver the message too early)."""
-        wait = deliver_ms - int(time.time() * 1000)
-        if wait <= 0:
-            return 0
-        levels = self.broker.config.delay_levels_ms()
-        for level, level_ms in enumerate(levels, start=1):
-            if level_ms >= wait:
-                return level
-        return None
+        recall = f"{ext.get('msgId') or ''} {sp.message_id}" if timed else ""
+        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset, recall_handle=recall)
 
     @staticmethod
     def _invalid(message: pb.Message) -> tuple[int, str] | None:
@@ -377,8 +368,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.EndTransactionResponse(status=await self.transactions.end_transaction(request, peer))
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
-        return spb.RecallMessageResponse(status=status(pb.UNSUPPORTED, (
-            "recalling messages is not served: delayed messages wait on the classic delay levels, not the 5.x timer")))
+        """Cancel a timed message before its time; the handle is `<offset msgId of the timer record> <message id>`."""
+        topic = request.topic.name
+        refused = self._refusal(context, topic)
+        if refused is not None:
+            return spb.RecallMessageResponse(status=refused)
+        offset_msg_id, _, message_id = request.recall_handle.partition(" ")
+        try:
+            phys = decode_offset_msg_id(offset_msg_id)[2]
+        except ValueError:
+            return spb.RecallMessageResponse(status=status(
+                pb.BAD_REQUEST, f"the recall handle {request.recall_handle[:80]!r} is not one this broker gave out"))
+        record = self.broker.store.look_record(phys)
+        if record is None or record.topic != TIMER_TOPIC or record.properties.get("REAL_TOPIC") != topic \
+                or record.properties.get("UNIQ_KEY") != message_id:
+            return spb.RecallMessageResponse(status=status(pb.NOT_FOUND, f"no timed message {message_id} of {topic}"))
+        if not self.broker.timer_service.recall(record):
+            return spb.RecallMessageResponse(status=status(
+                pb.NOT_FOUND, f"the timed message {message_id} was delivered or recalled already"))
+        return spb.RecallMessageResponse(status=status(pb.OK), message_id=message_id)
 
 
 def _send_code(response_code: int) -> int:

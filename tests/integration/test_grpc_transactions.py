@@ -12,7 +12,6 @@ import time
 
 import grpc
 from conftest import free_port
-from google.protobuf import timestamp_pb2
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
@@ -242,29 +241,3 @@ async def test_end_transaction_statuses(broker_factory):
         again = await end("TX-RAW-1", tx, resolution=pb.ROLLBACK)
         assert again.code == pb.INVALID_TRANSACTION_ID and "already" in again.message
         assert list(await _visible(broker.addr, topic)) == ["TX-RAW-1"]
-
-
-async def test_a_delayed_message_is_not_delivered_before_its_time(broker_factory):
-    broker = _grpc_broker(broker_factory, messageDelayLevel="1s 2s 3s 4s 5s 10s")
-    topic = "GrpcDelayed"
-    await _create_topic(broker.addr, topic)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
-        stub = service_pb2_grpc.MessagingServiceStub(channel)
-        deliver_ms = int(time.time() * 1000) + 2500
-        at = timestamp_pb2.Timestamp(seconds=deliver_ms // 1000, nanos=deliver_ms % 1000 * 1_000_000)
-        sent = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(
-            topic, "DELAY-1", pb.DELAY, b"later", delivery_timestamp=at)]), metadata=METADATA, timeout=10)
-        assert sent.status.code == pb.OK, sent.status.message
-        seen_ms = await _wait_visible(broker.addr, topic, "DELAY-1", 15)
-        assert seen_ms >= deliver_ms, f"delivered {deliver_ms - seen_ms} ms early"
-        assert seen_ms < deliver_ms + 5000
-        record = (await _visible(broker.addr, topic))["DELAY-1"]
-        assert record.body == b"later" and "DELAY" not in record.properties
-
-        far_ms = int(time.time() * 1000) + 60_000  # later than the largest level (10 s): it would come too early
-        far = timestamp_pb2.Timestamp(seconds=far_ms // 1000)
-        refused = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(
-            topic, "DELAY-2", pb.DELAY, b"too far", delivery_timestamp=far)]), metadata=METADATA, timeout=10)
-        assert refused.entries[0].status.code == pb.ILLEGAL_DELIVERY_TIME and "delay level" in \
-            refused.entries[0].status.message
-    assert "DELAY-2" not in await _visible(broker.addr, topic)
