@@ -235,7 +235,10 @@ class PopService:
             self._pop_queue(request, retry_topic, 0, batch - len(collected.deliveries), now, collected)
         self.state.maybe_snapshot()
         if collected.dead:
-            await self._bury(collected.dead)
+            try:
+                await self._bury(collected.dead)
+            except PopError as exc:  # they stay in flight and are tried again when their time lapses
+                log.warning("dead-lettering while popping for %s failed: %s", request.group, exc)
         return collected.deliveries
 
     def _progress(self, group: str, topic: str, queue_id: int) -> tuple[QueueKey, QueueProgress]:
@@ -413,6 +416,8 @@ class PopService:
                 progress.finish([item.offset])
                 self.state.log_finish(item.key, [item.offset])
                 self._commit(item.key, progress)
+                if not progress.inflight:
+                    self._wake(item.topic)  # a FIFO queue may move on
             log.info("message %s of %s went to %s", properties.get("UNIQ_KEY"), item.topic, config.topic_name)
 
     def release_client(self, client_id: str) -> None:
