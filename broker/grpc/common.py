@@ -8,18 +8,11 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from protocol.grpc import definition_pb2 as pb
 from protocol.message import MessageRecord
+from protocol.properties import SYSTEM_PROPERTY_NAMES as PROTOCOL_SYSTEM_PROPERTY_NAMES
 
-# Properties the broker and clients reserve: never sent by a 5.x producer as user properties, never shown as such.
-SYSTEM_PROPERTY_NAMES = frozenset({
-    "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
-    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
-    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "CLUSTER", "__SHARDINGKEY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TRACE_CONTEXT", "__BORNHOST", "BORN_TIMESTAMP",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET", "INNER_NUM", "INNER_BASE", "POP_CK",
-    "1ST_POP_TIME", "POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-    "__STARTDELIVERTIME", "TRANSACTION_CHECK_TIMES", "__transactionId__",
-})
+# Stored properties that are not the application's: never accepted from a 5.x producer as user properties, never
+# shown to a 5.x consumer as such (the reference client's reserved names, and the POP retry bookkeeping).
+SYSTEM_PROPERTY_NAMES = PROTOCOL_SYSTEM_PROPERTY_NAMES | {"POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET"}
 
 
 def status(code: int, message: str = "") -> pb.Status:

@@ -128,3 +128,15 @@ async def test_a_kill_neither_loses_nor_repeats_timed_messages(broker_factory):
     async with await WireClient.connect(broker.addr) as client:
         stored = [r.uniq_key for r in await pull_records(client, TOPIC, 0)]
     assert sorted(stored) == sorted(seen)  # each exactly once
+
+
+async def test_the_project_client_sends_timed_messages(broker_factory):
+    from client import Message, Producer
+
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1)
+    deliver_ms = int(time.time() * 1000) + 1200
+    async with Producer("timed-producer", broker.namesrv_addr) as producer:
+        result = await producer.send(Message(TOPIC, b"at a time", deliver_time_ms=deliver_ms))
+    seen = await arrivals(broker.addr, {result.msg_id}, 10)
+    assert deliver_ms <= seen[result.msg_id] + 60 < deliver_ms + 1000
