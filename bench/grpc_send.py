@@ -1,11 +1,13 @@
-"""gRPC sends from the official RocketMQ 5.x Python SDK beside the project's own remoting client (issue 19).
+"""gRPC sends and receives from the official RocketMQ 5.x Python SDK beside the project's own remoting client (issue 19).
 
     python bench/grpc_send.py [--messages 2000] [--limit SECONDS]
 
 Starts the real broker (bench/broker_process.py) with its gRPC endpoint on a free port, creates the topic over
 remoting, then times, one after the other: the SDK's `Producer.send` (synchronous, one message in flight, in its own
 process: it registers the same protobuf package as protocol.grpc) and this project's `client.Producer.send` (one in
-flight, remoting). 128-byte bodies with a tag. Prints msgs/s of both and the CPU seconds the broker used for each.
+flight, remoting); then consumption of everything sent, by a new group each: the SDK's SimpleConsumer (POP:
+`receive(32, 30)`, then `ack` of each message) and this project's PushConsumer (remoting pulls, one listener call
+per message). 128-byte bodies with a tag. Prints msgs/s of each and the broker CPU per message.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import time
 
 from broker_process import REPO_ROOT, free_port, prepare_broker
+from pull_phases import phase_push
 
 sys.path.insert(0, REPO_ROOT)
 
@@ -40,6 +43,23 @@ while sent < count and time.perf_counter() - started < limit:
 elapsed = time.perf_counter() - started
 producer.shutdown()
 print("RESULT " + json.dumps({"sent": sent, "seconds": elapsed}), flush=True)
+"""
+
+
+SDK_RECEIVE = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+port, topic, count, limit = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+consumer = SimpleConsumer(ClientConfiguration(f"127.0.0.1:{port}", Credentials()), "BenchSimpleGroup",
+                          {topic: FilterExpression("*")}, await_duration=5)
+consumer.startup()
+started = time.perf_counter(); ids = set(); received = 0
+while received < count and time.perf_counter() - started < limit:
+    for m in consumer.receive(32, 30):
+        consumer.ack(m); ids.add(m.message_id); received += 1
+elapsed = time.perf_counter() - started
+consumer.shutdown()
+print("RESULT " + json.dumps({"received": received, "distinct": len(ids), "seconds": elapsed}), flush=True)
 """
 
 
@@ -97,13 +117,26 @@ def main() -> int:
         grpc_result = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
         sent, seconds = asyncio.run(remoting_single(f"127.0.0.1:{namesrv_port}", topic, args.messages, args.limit))
         cpu2 = broker_cpu(broker.pid)
-        g_rate = grpc_result["sent"] / grpc_result["seconds"]
-        r_rate = sent / seconds
-        print(f"{'client':<38} {'messages':>9} {'msgs/s':>9} {'broker CPU µs/msg':>18}")
-        print(f"{'5.x Python SDK over gRPC, 1 in flight':<38} {grpc_result['sent']:>9,} {g_rate:>9,.0f} "
-              f"{(cpu1 - cpu0) / max(1, grpc_result['sent']) * 1e6:>18,.0f}")
-        print(f"{'client.Producer over remoting, 1 in flight':<38} {sent:>9,} {r_rate:>9,.0f} "
-              f"{(cpu2 - cpu1) / max(1, sent) * 1e6:>18,.0f}")
+        total = grpc_result["sent"] + sent + 2  # and the two warm-up sends
+        proc = subprocess.run([sys.executable, "-c", SDK_RECEIVE, str(grpc_port), topic, str(total),
+                               str(args.limit)], capture_output=True, text=True, timeout=args.limit + 120)
+        cpu3 = broker_cpu(broker.pid)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        pop = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+        push = asyncio.run(phase_push(f"127.0.0.1:{namesrv_port}", topic, total, args.limit, 32, 1, 20))
+        cpu4 = broker_cpu(broker.pid)
+        rows = [("5.x Python SDK send over gRPC, 1 in flight", grpc_result["sent"], grpc_result["seconds"], cpu1 - cpu0),
+                ("client.Producer send over remoting, 1 in flight", sent, seconds, cpu2 - cpu1),
+                ("5.x SDK SimpleConsumer receive(32) + ack (POP)", pop["received"], pop["seconds"], cpu3 - cpu2),
+                ("client.PushConsumer over remoting", push.messages, push.seconds, cpu4 - cpu3)]
+        print(f"{'client':<48} {'messages':>9} {'msgs/s':>9} {'broker CPU µs/msg':>18}")
+        for name, count, secs, cpu in rows:
+            print(f"{name:<48} {count:>9,} {count / secs:>9,.0f} {cpu / max(1, count) * 1e6:>18,.0f}")
+        if pop["distinct"] != total or pop["received"] != total:
+            print(f"POP COUNT MISMATCH: {pop['received']} received, {pop['distinct']} distinct, {total} sent")
+        print(f"remoting push: {push.note}")
     finally:
         broker.stop()
     return 0

@@ -37,6 +37,7 @@ from broker.namesrv.outbound import OutboundConnection
 from broker.remoting_server import RemotingServer
 from broker.tls import TlsSettings
 from broker.schedule.service import ScheduleMessageService
+from broker.timer.service import TimerMessageService
 from broker.store.message_store import MessageStore
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
@@ -118,6 +119,7 @@ class Broker:
         self.producer_manager = ProducerManager()
         self.rebalance_lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
+        self.timer_service = TimerMessageService(self.store, config_dir)
         self.transaction_service = TransactionService(
             self.store, self.consumer_offset_manager,
             TransactionSettings(config.transaction_time_out, config.transaction_check_interval,
@@ -169,6 +171,7 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._pop_started = False
+        self._timer_started = False
         self._stopped = False
 
     # ---- properties -----------------------------------------------------------------------------
@@ -224,6 +227,10 @@ class Broker:
         if cfg.is_master:
             self.schedule_service.load()
             await self.schedule_service.start()
+            self.timer_service.load()
+            self.store.add_arrival_listener(self.timer_service.on_message_arrival)
+            await self.timer_service.start()
+            self._timer_started = True
             for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
                 self.topic_config_manager.create_topic_if_absent(topic, 1)
             self.transaction_service.start()
@@ -368,6 +375,11 @@ class Broker:
             await self.schedule_service.stop()
         except Exception:
             log.exception("stopping the schedule service failed")
+        if self._timer_started:
+            try:
+                await self.timer_service.stop()
+            except Exception:
+                log.exception("stopping the timer service failed")
         await self.transaction_service.stop()
         if self._pop_started:
             try:

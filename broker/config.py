@@ -132,6 +132,8 @@ class BrokerConfig:
     min_invisible_time_mills_for_recv: int = 10_000
     grpc_client_consumer_min_long_polling_timeout_millis: int = 5_000
     grpc_client_consumer_max_long_polling_timeout_millis: int = 20_000
+    # 5.x timed messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS): how far ahead they may be
+    timer_max_delay_sec: int = 3 * 24 * 3600
     # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
     tls_mode: str = "disabled"  # disabled | permissive (TLS and plaintext on one port) | enforcing
     tls_server_cert_path: str | None = None  # PEM certificate chain
@@ -351,6 +353,7 @@ class BrokerConfig:
             "min_invisible_time_mills_for_recv",
             "grpc_client_consumer_min_long_polling_timeout_millis",
             "grpc_client_consumer_max_long_polling_timeout_millis",
+            "timer_max_delay_sec",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])

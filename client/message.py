@@ -31,9 +31,11 @@ _SEPARATORS = ("\x01", "\x02")
 
 
 class Message:
-    """A message to send. `keys` may be one string or a list; `properties` are user properties (str -> str)."""
+    """A message to send. `keys` may be one string or a list; `properties` are user properties (str -> str).
+    `delay_level` picks a classic delay level; `deliver_time_ms` (epoch ms) asks for delivery at that time (a 5.x
+    timed message, as Java's `setDeliverTimeMs`)."""
 
-    __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "delay_level")
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "delay_level", "deliver_time_ms")
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class Message:
         properties: Mapping[str, str] | None = None,
         flag: int = 0,
         delay_level: int = 0,
+        deliver_time_ms: int | None = None,
     ) -> None:
         self.topic = topic
         if isinstance(body, str):
@@ -59,6 +62,7 @@ class Message:
         self.properties: dict[str, str] = dict(properties) if properties else {}
         self.flag = flag
         self.delay_level = delay_level
+        self.deliver_time_ms = deliver_time_ms
 
     def __repr__(self) -> str:
         return (

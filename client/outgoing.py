@@ -77,7 +77,7 @@ class MessageEncoder:
         tags = msg.tags
         keys = msg.keys
         user = msg.properties
-        if not keys and not user and not delay_level:  # the common case: one f-string
+        if not keys and not user and not delay_level and msg.deliver_time_ms is None:  # the common case: one f-string
             if tags:
                 if "\x01" in tags or "\x02" in tags:
                     validate_property_text("TAGS", tags)
@@ -108,6 +108,10 @@ class MessageEncoder:
             parts.append(f"KEYS\x01{joined}\x02")
         if delay_level:
             parts.append(f"DELAY\x01{delay_level}\x02")
+        elif msg.deliver_time_ms is not None:
+            if not isinstance(msg.deliver_time_ms, int) or msg.deliver_time_ms < 0:
+                raise MessageValidationError(f"deliver_time_ms must be epoch milliseconds, got {msg.deliver_time_ms!r}")
+            parts.append(f"TIMER_DELIVER_MS\x01{msg.deliver_time_ms}\x02")
         parts.append(f"UNIQ_KEY\x01{uniq}\x02")
         props = "".join(parts)
         if len(props) > MAX_PROPERTIES_BYTES // 4 and len(props.encode("utf-8", "replace")) > MAX_PROPERTIES_BYTES:
@@ -150,7 +154,7 @@ class MessageEncoder:
                 raise MessageValidationError(
                     f"all messages of a batch must share one topic: item {index} has {msg.topic!r}, not {topic!r}"
                 )
-            if msg.delay_level:
+            if msg.delay_level or msg.deliver_time_ms is not None:
                 raise MessageValidationError(f"batch item {index}: delayed messages cannot be batched")
             body = self.check_body(msg.body)
             uniq = next_id()

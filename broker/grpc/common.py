@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from protocol.grpc import definition_pb2 as pb
+from protocol.message import MessageRecord
+from protocol.properties import SYSTEM_PROPERTY_NAMES as PROTOCOL_SYSTEM_PROPERTY_NAMES
 
-# Properties the broker and clients reserve: never sent by a 5.x producer as user properties, never shown as such.
-SYSTEM_PROPERTY_NAMES = frozenset({
-    "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
-    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
-    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "CLUSTER", "__SHARDINGKEY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TRACE_CONTEXT", "__BORNHOST", "BORN_TIMESTAMP",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET", "INNER_NUM", "INNER_BASE", "POP_CK",
-    "1ST_POP_TIME", "POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-    "__STARTDELIVERTIME",
-})
+# Stored properties that are not the application's: never accepted from a 5.x producer as user properties, never
+# shown to a 5.x consumer as such (the reference client's reserved names, and the POP retry bookkeeping).
+SYSTEM_PROPERTY_NAMES = PROTOCOL_SYSTEM_PROPERTY_NAMES | {"POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET"}
 
 
 def status(code: int, message: str = "") -> pb.Status:
@@ -33,3 +29,48 @@ def timestamp(ms: int) -> timestamp_pb2.Timestamp:
 
 def duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def message_type_of(props: dict[str, str]) -> int:
+    if props.get("TRAN_MSG") == "true":
+        return pb.TRANSACTION
+    if props.get("DELAY") or props.get("TIMER_DELIVER_MS") or props.get("TIMER_DELAY_SEC"):
+        return pb.DELAY
+    if props.get("__SHARDINGKEY"):
+        return pb.FIFO
+    return pb.NORMAL
+
+
+def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offset: int, attempt: int) -> pb.Message:
+    """A stored record as the SDKs expect a message (reference §10): id = UNIQ_KEY, an upper-case MD5 digest, tag,
+    keys, group, the application's properties only; receipt handles are the caller's."""
+    props = record.properties
+    sp = pb.SystemProperties(
+        message_id=props.get("UNIQ_KEY") or record.offset_msg_id,
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
+        body_encoding=pb.GZIP if record.sys_flag & 1 else pb.IDENTITY,
+        message_type=message_type_of(props),
+        born_timestamp=timestamp(record.born_timestamp),
+        born_host=props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}",
+        store_timestamp=timestamp(record.store_timestamp),
+        store_host=f"{record.store_host[0]}:{record.store_host[1]}",
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        delivery_attempt=attempt,
+    )
+    if props.get("TAGS"):
+        sp.tag = props["TAGS"]
+    if props.get("KEYS"):
+        sp.keys.extend(props["KEYS"].split())
+    if props.get("__SHARDINGKEY"):
+        sp.message_group = props["__SHARDINGKEY"]
+    if props.get("TRACE_CONTEXT"):
+        sp.trace_context = props["TRACE_CONTEXT"]
+    deliver_ms = props.get("TIMER_DELIVER_MS")
+    if deliver_ms and deliver_ms.isdigit():
+        sp.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
+    if props.get("DLQ_ORIGIN_TOPIC") and props.get("DLQ_ORIGIN_MESSAGE_ID"):
+        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
+        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTY_NAMES}
+    return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=sp, body=record.body)

@@ -7,18 +7,17 @@ Messages are read from the one store, so what a remoting producer sent is receiv
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any, AsyncIterator
 
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestamp, to_ms
+from broker.grpc.common import duration, record_message, status, timestamp, to_ms
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.topic_config import validate_group, validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
-from broker.pop.service import (AUTO_RENEW_INVISIBLE_MS, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_NOT_FOUND,
-                                MAX_BATCH, Delivery, PopError, PopRequest, PopService)
+from broker.pop.service import (AUTO_RENEW_INVISIBLE_MS, KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN,
+                                KIND_NOT_FOUND, MAX_BATCH, Delivery, PopError, PopRequest, PopService)
 from protocol.codes import PERM_READ
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -29,52 +28,13 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_MAX_ATTEMPTS = 17
 
 
-def to_message(delivery: Delivery, invisible_ms: int | None = None) -> pb.Message:
-    """A delivered record as the SDKs expect it (reference §10)."""
-    record = delivery.record
-    props = record.properties
-    sp = pb.SystemProperties(
-        message_id=props.get("UNIQ_KEY") or record.offset_msg_id,
-        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
-        body_encoding=pb.GZIP if record.sys_flag & 1 else pb.IDENTITY,
-        message_type=_message_type(props),
-        born_timestamp=timestamp(record.born_timestamp),
-        born_host=props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}",
-        store_timestamp=timestamp(record.store_timestamp),
-        store_host=f"{record.store_host[0]}:{record.store_host[1]}",
-        receipt_handle=delivery.handle.encode(),
-        queue_id=delivery.queue_id,
-        queue_offset=delivery.queue_offset,
-        delivery_attempt=delivery.attempt,
-        invisible_duration=duration(delivery.handle.invisible_ms if invisible_ms is None else invisible_ms),
-    )
-    if props.get("TAGS"):
-        sp.tag = props["TAGS"]
-    if props.get("KEYS"):
-        sp.keys.extend(props["KEYS"].split())
-    if props.get("__SHARDINGKEY"):
-        sp.message_group = props["__SHARDINGKEY"]
-    if props.get("TRACE_CONTEXT"):
-        sp.trace_context = props["TRACE_CONTEXT"]
-    deliver_ms = props.get("TIMER_DELIVER_MS")
-    if deliver_ms and deliver_ms.isdigit():
-        sp.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
-    if props.get("DLQ_ORIGIN_TOPIC") and props.get("DLQ_ORIGIN_MESSAGE_ID"):
-        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
-        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
-    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTY_NAMES}
-    return pb.Message(topic=pb.Resource(name=delivery.topic), user_properties=user, system_properties=sp,
-                      body=record.body)
-
-
-def _message_type(props: dict[str, str]) -> int:
-    if props.get("TRAN_MSG") == "true":
-        return pb.TRANSACTION
-    if props.get("DELAY") or props.get("TIMER_DELIVER_MS") or props.get("TIMER_DELAY_SEC"):
-        return pb.DELAY
-    if props.get("__SHARDINGKEY"):
-        return pb.FIFO
-    return pb.NORMAL
+def to_message(delivery: Delivery) -> pb.Message:
+    """A delivery as the SDKs expect it: the stored message, its receipt handle and invisible time."""
+    message = record_message(delivery.record, delivery.topic, delivery.queue_id, delivery.queue_offset,
+                             delivery.attempt)
+    message.system_properties.receipt_handle = delivery.handle.encode()
+    message.system_properties.invisible_duration.CopyFrom(duration(delivery.handle.invisible_ms))
+    return message
 
 
 class ConsumerRpcs:
@@ -266,4 +226,4 @@ def _handle_code(exc: Exception) -> int:
 
 def _pop_code(kind: str) -> int:
     return {KIND_HANDLE_EXPIRED: pb.INVALID_RECEIPT_HANDLE, KIND_HANDLE_UNKNOWN: pb.INVALID_RECEIPT_HANDLE,
-            KIND_NOT_FOUND: pb.NOT_FOUND}.get(kind, pb.INTERNAL_SERVER_ERROR)
+            KIND_NOT_FOUND: pb.NOT_FOUND, KIND_BUSY: pb.TOO_MANY_REQUESTS}.get(kind, pb.INTERNAL_SERVER_ERROR)

@@ -25,6 +25,7 @@ class GrpcEndpoint:
         self.port = port
         self.bind_addr: str | None = None
         self._server: grpc.aio.Server | None = None
+        self._service: MessagingService | None = None
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
@@ -38,12 +39,18 @@ class GrpcEndpoint:
         if port == 0:
             raise OSError(98, f"cannot bind {self.host}:{self.port}")
         self.port = port
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(self.broker, port), server)
+        service = MessagingService(self.broker, port)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await server.start()
-        self._server = server
+        self._server, self._service = server, service
+        # transaction checks of producers connected over gRPC go out on their Telemetry streams
+        self.broker.transaction_service.add_check_recipient(service.transactions)
         self.bind_addr = f"{self.host}:{port}"
 
     async def stop(self) -> None:
         server, self._server = self._server, None
+        service, self._service = self._service, None
+        if service is not None:
+            self.broker.transaction_service.remove_check_recipient(service.transactions)
         if server is not None:
             await server.stop(grace=1.0)

@@ -1,8 +1,11 @@
-"""apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: routes, settings, heartbeats, sends, and (through
-broker/grpc/consumer.py and the broker's POP service) receives, acks and invisibility changes.
+"""apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: routes, settings, heartbeats, sends, transactions, and
+(through broker/grpc/consumer.py and the broker's POP service) receives, acks and invisibility changes.
 
 Sends go through the broker's own SEND_MESSAGE_V2 handler in process (as the web console's changes do), so a message
 sent over gRPC is checked, stored and dispatched exactly as one sent over remoting, and remoting consumers read it.
+Transactional sends are half messages and EndTransaction runs the broker's END_TRANSACTION handler; the broker's
+transaction checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions.py). Delivery times go to
+the broker's 5.x timer (TIMER_DELIVER_MS, broker/timer), and RecallMessage cancels a timed message before its time.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from google.protobuf import duration_pb2
 from broker.acl.accounts import DENY, PUB, SUB, group_resource, unmap_ipv4
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
 from broker.grpc.consumer import ConsumerRpcs
+from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
 from broker.pop.service import MAX_BATCH
+from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
+from protocol.ids import decode_offset_msg_id
 from protocol.properties import encode_properties
 
 if TYPE_CHECKING:
@@ -70,6 +76,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.grpc_port = grpc_port
         self.settings: dict[str, pb.Settings] = {}  # client id -> its last Settings
+        self.streams = TelemetryStreams()  # open Telemetry streams: where server-initiated commands go
+        self.transactions = GrpcTransactions(broker, self.streams)
         self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
         broker.pop_service.client_alive = self.client_alive
         self.consumers = ConsumerRpcs(broker.pop_service, broker.topic_config_manager,
@@ -146,7 +154,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
                           else pb.WRITE if writable else pb.NONE)
             queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
-                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY]))
+                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
         return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     def _own_endpoints(self) -> pb.Endpoints:
@@ -161,14 +169,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if refused is not None:
             yield spb.TelemetryCommand(status=refused)
             return
-        async for command in request_iterator:
-            if command.WhichOneof("command") != "settings":
-                continue  # answers to server-initiated commands: none are sent yet
-            settings = self._merged(command.settings)
-            if client_id:
-                self.settings[client_id] = settings
-                self.last_seen[client_id] = time.monotonic()
-            yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
+        stream = self.streams.open(client_id)
+        try:
+            async for pushed, command in stream.merged(request_iterator):
+                if pushed:  # server-initiated (a transaction check): written to the client as is
+                    yield command
+                    continue
+                if command.WhichOneof("command") != "settings":
+                    continue  # answers to server-initiated commands: nothing waits for them
+                settings = self._merged(command.settings)
+                if client_id:
+                    self.settings[client_id] = settings
+                    self.last_seen[client_id] = time.monotonic()
+                stream.publishing(settings)
+                yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
+        finally:
+            stream.close()
 
     def _merged(self, settings: pb.Settings) -> pb.Settings:
         """The client's Settings with the server's values, as the reference fills them (§6)."""
@@ -253,17 +269,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
         props["BORN_TIMESTAMP"] = str(born_ms)
         props["PGROUP"] = topic
-        delay_level = None
-        if sp.HasField("delivery_timestamp"):
+        transactional = sp.message_type == pb.TRANSACTION
+        timed = False
+        if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
             deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
-            delay_level = self._delay_level(deliver_ms)
-            if delay_level:
-                props["DELAY"] = str(delay_level)
+            ahead_ms = deliver_ms - int(time.time() * 1000)
+            limit_s = self.broker.config.timer_max_delay_sec
+            if ahead_ms > limit_s * 1000:
+                return spb.SendResultEntry(status=status(pb.ILLEGAL_DELIVERY_TIME, (
+                    f"the delivery time is {ahead_ms // 1000} s ahead, more than timerMaxDelaySec ({limit_s} s)")),
+                    message_id=sp.message_id)
+            props["TIMER_DELIVER_MS"] = str(deliver_ms)
+            timed = ahead_ms > 0
+        if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
+            half_send_properties(props, message)
         queue_id = -1
         config = self.broker.topic_config_manager.get(topic)
         if sp.HasField("message_group") and config is not None and config.write_queue_nums > 0:
             queue_id = (zlib.crc32(sp.message_group.encode()) & 0x7FFFFFFF) % config.write_queue_nums
-        sys_flag = 1 if sp.body_encoding == pb.GZIP else 0
+        sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
         fields = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": queue_id, "f": sys_flag, "g": born_ms,
                   "h": 0, "i": encode_properties(props), "j": 0, "k": "false", "m": "false"}
         try:
@@ -272,19 +296,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except AdminCallError as exc:
             return spb.SendResultEntry(status=status(_send_code(exc.code), exc.remark), message_id=sp.message_id)
         ext = response.ext_fields or {}
-        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id,
-                                   offset=int(ext.get("queueOffset") or 0))
-
-    def _delay_level(self, deliver_ms: int) -> int:
-        """The smallest classic delay level that is not earlier than the requested delivery time (0: now)."""
-        wait = deliver_ms - int(time.time() * 1000)
-        if wait <= 0:
-            return 0
-        levels = self.broker.config.delay_levels_ms()
-        for level, level_ms in enumerate(levels, start=1):
-            if level_ms >= wait:
-                return level
-        return len(levels)
+        offset = int(ext.get("queueOffset") or 0)
+        if transactional:  # names the half record (offset msgId + half-queue offset) for EndTransaction
+            return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset,
+                                       transaction_id=transaction_id(ext.get("msgId") or "", offset))
+        recall = f"{ext.get('msgId') or ''} {sp.message_id}" if timed else ""
+        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset, recall_handle=recall)
 
     @staticmethod
     def _invalid(message: pb.Message) -> tuple[int, str] | None:
@@ -311,8 +328,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if sp.HasField("message_group") and (not sp.message_group.strip() or len(sp.message_group.encode()) >= 64
                                             or _has_control(sp.message_group)):
             return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
-        if sp.message_type == pb.TRANSACTION:
-            return pb.UNSUPPORTED, "transactional messages over gRPC are not served yet"
         return None
 
     # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
@@ -343,10 +358,35 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- not served yet ---------------------------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
-        return spb.EndTransactionResponse(status=status(pb.UNSUPPORTED, "transactions over gRPC are not served yet"))
+        problem = validate_topic(request.topic.name)
+        if problem is not None:
+            return spb.EndTransactionResponse(status=status(pb.ILLEGAL_TOPIC, problem))
+        refused = self._refusal(context, request.topic.name)
+        if refused is not None:
+            return spb.EndTransactionResponse(status=refused)
+        peer = _peer_address(context.peer() or "")
+        return spb.EndTransactionResponse(status=await self.transactions.end_transaction(request, peer))
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
-        return spb.RecallMessageResponse(status=status(pb.UNSUPPORTED, "recalling messages is not served yet"))
+        """Cancel a timed message before its time; the handle is `<offset msgId of the timer record> <message id>`."""
+        topic = request.topic.name
+        refused = self._refusal(context, topic)
+        if refused is not None:
+            return spb.RecallMessageResponse(status=refused)
+        offset_msg_id, _, message_id = request.recall_handle.partition(" ")
+        try:
+            phys = decode_offset_msg_id(offset_msg_id)[2]
+        except ValueError:
+            return spb.RecallMessageResponse(status=status(
+                pb.BAD_REQUEST, f"the recall handle {request.recall_handle[:80]!r} is not one this broker gave out"))
+        record = self.broker.store.look_record(phys)
+        if record is None or record.topic != TIMER_TOPIC or record.properties.get("REAL_TOPIC") != topic \
+                or record.properties.get("UNIQ_KEY") != message_id:
+            return spb.RecallMessageResponse(status=status(pb.NOT_FOUND, f"no timed message {message_id} of {topic}"))
+        if not self.broker.timer_service.recall(record):
+            return spb.RecallMessageResponse(status=status(
+                pb.NOT_FOUND, f"the timed message {message_id} was delivered or recalled already"))
+        return spb.RecallMessageResponse(status=status(pb.OK), message_id=message_id)
 
 
 def _send_code(response_code: int) -> int:

@@ -54,8 +54,9 @@ GROUP_MAX_LENGTH = 255  # the reference client's Validators.CHARACTER_MAX_LENGTH
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would let a trailing newline through
 
 # Producers may not send to these directly (RocketMQ's "not allowed send" system topics).
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x timed messages wait here (broker/timer)
 NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "rmq_sys_wheel_timer"}
+    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC}
 )
 
 
@@ -130,6 +131,7 @@ class TopicConfigManager(PersistentTable):
         self._add_system(TopicConfig(cfg.broker_name, 1, 1, rw | PERM_INHERIT))
         self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         self._add_system(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
+        self._add_system(TopicConfig(TIMER_TOPIC, 1, 1))
         if cfg.trace_topic_enable:
             self._add_system(TopicConfig(TRACE_TOPIC, 1, 1))
 

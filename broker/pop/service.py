@@ -40,6 +40,7 @@ AUTO_RENEW_MAX_MS = 3 * 3600 * 1000
 REVIVE_INTERVAL_S = 0.5
 REVIVE_MAX_PER_PASS = 2_000
 RETRY_FIRST_PROBABILITY = 0.2
+MAX_POLLING = 10_000  # receives waiting at once; more are answered TOO_MANY_REQUESTS at once
 PROP_RETRY_TOPIC = "RETRY_TOPIC"
 PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROP_ORIGIN_QUEUE_ID = "POP_ORIGIN_QUEUE_ID"
@@ -65,6 +66,7 @@ KIND_HANDLE_EXPIRED = "handle_expired"
 KIND_HANDLE_UNKNOWN = "handle_unknown"
 KIND_NOT_FOUND = "not_found"
 KIND_INTERNAL = "internal"
+KIND_BUSY = "busy"
 
 
 @dataclass(slots=True)
@@ -126,6 +128,8 @@ class PopService:
         self._random = random.Random()
         self._revive_task: asyncio.Task | None = None
         self._wake_revive = asyncio.Event()
+        self._polling = 0
+        topics.add_topic_listener(self._on_topic_change)
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -166,12 +170,16 @@ class PopService:
     def _wake(self, topic: str) -> None:
         self.on_message_arrival(topic, -1, 0)
 
-    def drop_topic(self, topic: str) -> None:
-        self.state.drop_topic(topic)
+    def _on_topic_change(self, topic: str, config: Any) -> None:
+        """A deleted topic takes every group's progress on it (and on its pop retry topics) along."""
+        if config is None:
+            self.state.drop_topic(topic)
 
     # ---- receive -------------------------------------------------------------------------------------------
     async def receive(self, request: PopRequest, poll_s: float) -> list[Delivery]:
         """Pop up to `request.batch` messages, waiting up to `poll_s` seconds for some to arrive."""
+        if self._polling >= MAX_POLLING:
+            raise PopError(KIND_BUSY, f"polling full: {self._polling} receives are waiting for messages")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, poll_s)
         retry_topic = pop_retry_topic(request.group, request.topic)
@@ -179,6 +187,7 @@ class PopService:
         topics = (request.topic, retry_topic)
         for name in topics:
             self._waiters.setdefault(name, set()).add(event)
+        self._polling += 1
         try:
             for _ in range(100_000):
                 event.clear()
@@ -192,6 +201,7 @@ class PopService:
                     pass
             return []
         finally:
+            self._polling -= 1
             for name in topics:
                 waiting = self._waiters.get(name)
                 if waiting is not None:
@@ -225,7 +235,10 @@ class PopService:
             self._pop_queue(request, retry_topic, 0, batch - len(collected.deliveries), now, collected)
         self.state.maybe_snapshot()
         if collected.dead:
-            await self._bury(collected.dead)
+            try:
+                await self._bury(collected.dead)
+            except PopError as exc:  # they stay in flight and are tried again when their time lapses
+                log.warning("dead-lettering while popping for %s failed: %s", request.group, exc)
         return collected.deliveries
 
     def _progress(self, group: str, topic: str, queue_id: int) -> tuple[QueueKey, QueueProgress]:
@@ -403,6 +416,8 @@ class PopService:
                 progress.finish([item.offset])
                 self.state.log_finish(item.key, [item.offset])
                 self._commit(item.key, progress)
+                if not progress.inflight:
+                    self._wake(item.topic)  # a FIFO queue may move on
             log.info("message %s of %s went to %s", properties.get("UNIQ_KEY"), item.topic, config.topic_name)
 
     def release_client(self, client_id: str) -> None:

@@ -190,7 +190,9 @@ class PopState:
         if "r" in record:
             key = _key(record["r"])
             progress = self.queues.get(key)
-            if progress is None:
+            if int(record["o"]) < 0:  # dropped with its topic
+                self.queues.pop(key, None)
+            elif progress is None:
                 self.queues[key] = QueueProgress(int(record["o"]))
             else:
                 progress.reset(int(record["o"]))
@@ -257,8 +259,10 @@ class PopState:
         self._journal.close()
 
     def drop_topic(self, topic: str) -> None:
-        for key in [k for k in self.queues if k[1] == topic]:
+        """Forget every group's progress on `topic` and on its pop retry topics (``%RETRY%<group>_<topic>``)."""
+        for key in [k for k in self.queues if k[1] in (topic, f"%RETRY%{k[0]}_{topic}")]:
             del self.queues[key]
+            self.log_reset(key, -1)
 
 
 def _key(raw: list[Any]) -> QueueKey:

@@ -8,6 +8,7 @@ completes without creating a task.
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 from broker.managers.topic_config import (
@@ -17,6 +18,9 @@ from broker.managers.topic_config import (
     validate_topic,
 )
 from broker.schedule.delay import delay_level_of, to_schedule_topic
+from broker.timer.timed import (PROP_DELAY_MS as PROP_TIMER_DELAY_MS, PROP_DELAY_SEC as PROP_TIMER_DELAY_SEC,
+                                PROP_DELIVER_MS as PROP_TIMER_DELIVER_MS, TimerPropertyError, timer_deliver_ms,
+                                to_timer_topic)
 from broker.store.types import MessageToStore, PutResult, PutStatus
 from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from protocol.command import RemotingCommand, ResponseTemplate
@@ -371,6 +375,10 @@ class SendProcessor(BrokerProcessor):
             message.keys = message.uniq_key = None  # not indexed: the committed message will be
         elif "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
             to_schedule_topic(message, props, self.broker.schedule_service.max_level)
+        elif PROP_TIMER_DELIVER_MS in props or PROP_TIMER_DELAY_SEC in props or PROP_TIMER_DELAY_MS in props:
+            refusal = self._to_timer(message, props)  # 5.x timed messages wait in rmq_sys_wheel_timer
+            if refusal is not None:
+                return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
         if half:
             return self._put_half(cmd, message, props, committed_text, queue_id, uniq_key)
         if self._sync_master:
@@ -381,6 +389,23 @@ class SendProcessor(BrokerProcessor):
         if not self._sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return self._response(cmd, self.store._append_one(message), queue_id, uniq_key, batch=False)
         return self._put_one(cmd, message, uniq_key)
+
+    def _to_timer(self, message: MessageToStore, props: dict[str, str]) -> str | None:
+        """Redirect a timed message whose time is ahead to the timer topic; the refusal text when its timer
+        properties are malformed or too far ahead (timerMaxDelaySec)."""
+        now = int(time.time() * 1000)
+        try:
+            deliver_ms = timer_deliver_ms(props, now)
+        except TimerPropertyError as exc:
+            return str(exc)
+        if deliver_ms is None or deliver_ms <= now:
+            return None  # due already: stored as a plain message
+        limit_s = self.config.timer_max_delay_sec
+        if deliver_ms - now > limit_s * 1000:
+            return (f"the delivery time is {(deliver_ms - now) // 1000} s ahead, more than timerMaxDelaySec "
+                    f"({limit_s} s)")
+        to_timer_topic(message, props, deliver_ms)
+        return None
 
     async def _await_slave(self, result: PutResult) -> None:
         """SYNC_MASTER: a stored message is acknowledged once a slave has it (replication.md §4)."""

@@ -8,7 +8,8 @@ second COMMIT/ROLLBACK of the same transaction an error instead of a second copy
 The check run (every transactionCheckInterval ms) walks the half queue from its saved progress: settled records are
 skipped; an open one younger than transactionTimeOut (or its CHECK_IMMUNITY_TIME_IN_SECONDS) stops the run (or, with
 an immunity, is copied forward to keep it in view); an older one is copied with TRANSACTION_CHECK_TIMES + 1 and the
-producer group is asked about the copy (CHECK_TRANSACTION_STATE, one-way); one checked transactionCheckMax times, or
+producer group is asked about the copy (CHECK_TRANSACTION_STATE, one-way, on a remoting producer's connection; with
+none connected, through the registered CheckRecipients, e.g. the gRPC endpoint's Telemetry streams); one checked transactionCheckMax times, or
 older than fileReservedTime, goes to TRANS_CHECK_MAX_TIME_TOPIC. A run yields to the event loop every few records and
 stops after a bounded time.
 """
@@ -47,7 +48,7 @@ from protocol.message import RecordError, MessageRecord, iter_records
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TransactionService", "TransactionSettings", "COMMIT", "ROLLBACK", "UNKNOWN"]
+__all__ = ["TransactionService", "TransactionSettings", "CheckRecipient", "COMMIT", "ROLLBACK", "UNKNOWN"]
 
 UNKNOWN, COMMIT, ROLLBACK = 0, 8, 12
 _READ_BATCH = 32
@@ -72,6 +73,16 @@ class _Offsets(Protocol):
     def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...
 
 
+class CheckRecipient(Protocol):
+    """Another way to reach producers with a transaction check than their remoting connection (the gRPC endpoint's
+    Telemetry streams). Registered by the higher floor that owns those producers; this module never imports it."""
+
+    def send_check(self, group: str, copy: MessageRecord) -> bool:
+        """Ask a producer of `group` about the half record `copy` (the checked copy: its offsets are what the answer
+        must name). False when no producer of the group is reachable this way."""
+        ...
+
+
 @dataclass
 class TransactionSettings:
     timeout_ms: int = 6000
@@ -91,6 +102,7 @@ class TransactionService(BackgroundService):
         self.store_host = store_host
         self.broker_name = broker_name
         self.producer_channel = producer_channel
+        self.check_recipients: list[CheckRecipient] = []  # tried when no remoting producer of the group is connected
         self.sync_flush = bool(getattr(getattr(store, "config", None), "sync_flush", True))
         self.settled: set[int] = set()  # half-queue offsets an op record settles
         self._settling: set[int] = set()  # decisions being written right now
@@ -317,9 +329,25 @@ class TransactionService(BackgroundService):
             return None
         return self.look(result.physical_offset)
 
+    def add_check_recipient(self, recipient: CheckRecipient) -> None:
+        if recipient not in self.check_recipients:
+            self.check_recipients.append(recipient)
+
+    def remove_check_recipient(self, recipient: CheckRecipient) -> None:
+        if recipient in self.check_recipients:
+            self.check_recipients.remove(recipient)
+
     def _send_check(self, copy: MessageRecord) -> None:
         group = copy.properties.get(PROP_PGROUP)
         channel = self.producer_channel(group) if group else None
+        if channel is None and group:
+            for recipient in list(self.check_recipients):
+                try:
+                    if recipient.send_check(group, copy):
+                        return
+                except Exception:
+                    log.exception("transaction check of %s through %r failed", copy.properties.get("UNIQ_KEY"),
+                                  recipient)
         if channel is None:
             log.warning("transaction check of %s: no producer of group %s is connected; checked again next run "
                         "(it counts)", copy.properties.get("UNIQ_KEY"), group)

@@ -92,7 +92,8 @@ class Pop:
             request.invisible_duration.CopyFrom(ms(invisible_ms))
         if attempt_id is not None:
             request.attempt_id = attempt_id
-        frames = [f async for f in self.stub.ReceiveMessage(request, metadata=self.metadata, timeout=poll_ms / 1000 + 10)]
+        deadline = poll_ms / 1000 + 10
+        frames = [f async for f in self.stub.ReceiveMessage(request, metadata=self.metadata, timeout=deadline)]
         assert frames[0].WhichOneof("content") == "status" and frames[-1].WhichOneof("content") == "delivery_timestamp"
         return frames[0].status, [f.message for f in frames[1:-1]]
 
@@ -236,22 +237,23 @@ async def test_fifo_groups_get_their_queue_in_order_one_batch_at_a_time(pop_brok
     ids = await remoting_send(pop_broker.addr, TOPIC, 6)
     pop = Pop(pop_broker.grpc_port, group="FifoGroup")
     try:
-        first = await pop.messages(batch=3, invisible_ms=800)
+        first = await pop.messages(batch=3, invisible_ms=800, attempt_id="attempt-1")
         assert [m.system_properties.message_id for m in first] == ids[:3]
-        assert await pop.messages(batch=3, poll_ms=200) == []  # blocked while the batch is in flight
-        retried = await pop.messages(batch=3, invisible_ms=800, attempt_id="")
-        assert retried == []
+        assert await pop.messages(batch=3, poll_ms=200, attempt_id="attempt-2") == []  # blocked while in flight
+        lost = await pop.messages(batch=3, invisible_ms=800, attempt_id="attempt-1")  # the answer was lost: again
+        assert [m.system_properties.message_id for m in lost] == ids[:3]
+        assert [m.system_properties.delivery_attempt for m in lost] == [1, 1, 1]
         await asyncio.sleep(1.0)
         again = await collect(pop, 3, batch=3, invisible_ms=5000)
-        assert [m.system_properties.message_id for m in again] == ids[:3]  # the same, in order
+        assert [m.system_properties.message_id for m in again] == ids[:3]  # lapsed: the same, in order
         assert [m.system_properties.delivery_attempt for m in again] == [2, 2, 2]
-        for message in again:
+        for message in again[:2]:
             assert (await pop.ack(message)).code == pb.OK
+        assert await pop.messages(batch=3, poll_ms=200) == []  # one of the batch is still in flight
+        assert (await pop.ack(again[2])).code == pb.OK
         rest = await collect(pop, 3, batch=3, invisible_ms=5000)
         assert [m.system_properties.message_id for m in rest] == ids[3:]
         assert [m.system_properties.delivery_attempt for m in rest] == [1, 1, 1]
-        same = await pop.messages(batch=3, invisible_ms=5000, attempt_id="")
-        assert same == []
     finally:
         await pop.close()
 
@@ -373,3 +375,107 @@ async def test_the_python_sdk_push_consumer_acks_and_retries_failures(pop_broker
     assert sorted(attempts) == sorted(ids)
     assert attempts[ids[1]] == [1, 2]  # FAILURE: redelivered after the backoff, attempt 2
     assert all(attempts[i] == [1] for i in ids if i != ids[1])  # SUCCESS: acked, never again
+
+
+SDK_FIFO_PUSH = """
+import json, sys, threading, time
+from rocketmq import ClientConfiguration, ConsumeResult, Credentials, FilterExpression, PushConsumer
+from rocketmq.v5.consumer.push.message_listener import MessageListener
+
+port, topic, group, want = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+seen, lock, done = [], threading.Lock(), threading.Event()
+
+class Listener(MessageListener):
+    def consume(self, message):
+        body = message.body.decode()
+        with lock:
+            seen.append([body, message.delivery_attempt, message.message_group])
+            if body.endswith(f" {want - 1}"):
+                done.set()
+        return ConsumeResult.FAILURE if body.endswith(" 2") else ConsumeResult.SUCCESS
+
+consumer = PushConsumer(ClientConfiguration(f"127.0.0.1:{port}", Credentials()), group, Listener(),
+                        {topic: FilterExpression("*")})
+consumer.startup()
+try:
+    done.wait(40)
+    time.sleep(0.5)
+    with lock:
+        print("RESULT " + json.dumps(seen), flush=True)
+finally:
+    consumer.shutdown()
+"""
+
+
+async def test_the_python_sdk_fifo_push_consumer_keeps_order_and_dead_letters_a_poison_message(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=2)
+    await create_group(pop_broker.addr, "SdkFifo", orderly=True, retry_max_times=1)  # two attempts, then the DLQ
+    async with await WireClient.connect(pop_broker.addr) as client:
+        for i in range(6):
+            fields = send_v2_fields(TOPIC, 1, props(UNIQ_KEY=f"FIFO{i:04d}", __SHARDINGKEY="order-7"))
+            assert (await client.request(RC.SEND_MESSAGE_V2, fields, f"step {i}".encode())).code == R.SUCCESS
+    seen = await asyncio.to_thread(_run_sdk, SDK_FIFO_PUSH, pop_broker.grpc_port, TOPIC, "SdkFifo", 6)
+    assert [body for body, _, _ in seen] == ["step 0", "step 1", "step 2", "step 2", "step 3", "step 4", "step 5"]
+    assert [attempt for body, attempt, _ in seen if body == "step 2"] == [1, 1]  # the SDK retries it locally
+    assert {group for _, _, group in seen} == {"order-7"}
+    async with await WireClient.connect(pop_broker.addr) as client:
+        dead = await pull_records(client, "%DLQ%SdkFifo", 0)
+    assert [r.body for r in dead] == [b"step 2"]
+
+
+async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(broker_factory, tmp_path):
+    from .test_acl_broker import APP, write_acl
+    from .test_grpc_sdk import _signed
+
+    write_acl(tmp_path / "plain_acl.yml", reports="PUB")
+    port = free_port()
+    broker_factory(extra={"aclEnable": "true", "enableGrpcProxy": "true", "grpcServerPort": port, **FAST})
+    app = _signed(*APP)
+    sender = Pop(port, metadata=app)
+    try:
+        for topic in ("Orders", "Reports"):
+            sent = await sender.stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=topic), body=b"signed",
+                system_properties=pb.SystemProperties(message_id=f"ACL-{topic}"))]), metadata=app, timeout=10)
+            assert sent.status.code == pb.OK, sent.status.message
+    finally:
+        await sender.close()
+    cases = [("Orders", "shop", app, pb.OK, ""), ("Orders", "billing", app, pb.UNAUTHORIZED, "group:billing"),
+             ("Reports", "shop", app, pb.UNAUTHORIZED, "SUB permission for topic:Reports"),
+             ("Orders", "shop", CLIENT, pb.UNAUTHORIZED, "no accessKey")]
+    for topic, group, metadata, code, text in cases:
+        pop = Pop(port, group=group, topic=topic, metadata=metadata)
+        try:
+            state, found = await pop.receive(invisible_ms=5000)
+            assert state.code == code and text in state.message, (topic, group, state)
+            if code == pb.OK:
+                assert [m.system_properties.message_id for m in found] == ["ACL-Orders"]
+                assert (await pop.ack(found[0])).code == pb.OK
+        finally:
+            await pop.close()
+
+
+async def test_a_group_switching_between_remoting_pulls_and_pop_shares_its_offset(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=1)
+    ids = await remoting_send(pop_broker.addr, TOPIC, 6)
+    async with await WireClient.connect(pop_broker.addr) as client:  # a remoting consumer got the first two
+        resp = await client.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                "queueId": "0", "commitOffset": "2"})
+        assert resp.code == R.SUCCESS, resp.remark
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        got = await collect(pop, 4, invisible_ms=60_000)
+        assert [m.system_properties.message_id for m in got] == ids[2:]  # from the group's committed offset
+        for message in got[:2]:
+            assert (await pop.ack(message)).code == pb.OK
+        async with await WireClient.connect(pop_broker.addr) as client:
+            resp = await client.request(RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                   "queueId": "0"})
+            assert int(resp.ext_fields["offset"]) == 4  # POP progress is the group's offset for remoting too
+            resp = await client.request(RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC,
+                                                                    "queueId": "0", "commitOffset": "1"})
+            assert resp.code == R.SUCCESS
+        again = await collect(pop, 5, invisible_ms=60_000)  # an offset reset is followed
+        assert [m.system_properties.message_id for m in again] == ids[1:]
+    finally:
+        await pop.close()

@@ -1,0 +1,248 @@
+"""Transactional messages over gRPC (grpc-proxy.md §3.1 step 5, §5.5, §8, §11), on the broker's own transaction path.
+
+* A SendMessage with message_type TRANSACTION is the remoting half send: properties TRAN_MSG=true and PGROUP (the
+  topic: gRPC producers have no group, the reference registers them under each topic they publish), through the same
+  SEND_MESSAGE_V2 handler, so the message waits in the half queue. The answer's transaction_id names the half record:
+  its offset message id (store host + commit-log offset) followed by 16 hex digits of its half-queue offset — what
+  END_TRANSACTION needs, so it stays valid across a broker restart and needs no table in memory.
+* EndTransaction looks the half record up, checks that it is the message and topic the client names, and hands the
+  decision to the broker's END_TRANSACTION handler (producer group = the topic), exactly as a remoting producer's.
+* Transaction checks: TelemetryStreams keeps every open Telemetry stream and the topics its producer publishes;
+  GrpcTransactions is registered with the broker's TransactionService as a CheckRecipient. When the check finds an
+  open half message of a group (= topic) with no remoting producer connected, it gets a
+  RecoverOrphanedTransactionCommand{message, transaction_id of the checked copy} on one of those streams (round
+  robin), and the SDK answers with EndTransaction source=SOURCE_SERVER_CHECK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING, AsyncIterator
+
+from broker.grpc.common import record_message, status
+from broker.processors.inprocess import AdminCallError, call_handler
+from broker.transaction.half import HALF_TOPIC
+from broker.transaction.service import COMMIT, ROLLBACK
+from protocol.codes import RequestCode, ResponseCode
+from protocol.grpc import definition_pb2 as pb
+from protocol.grpc import service_pb2 as spb
+from protocol.ids import decode_offset_msg_id
+from protocol.message import MessageRecord
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+_QUEUE_OFFSET_HEX = 16
+_MAX_PENDING_PUSHES = 1024  # commands queued for one stream that its client does not read
+
+# ---- transaction ids ---------------------------------------------------------------------------------------------
+def transaction_id(offset_msg_id: str, half_queue_offset: int) -> str:
+    """The id a transactional send answers with: the half record's offset message id + its half-queue offset."""
+    return f"{offset_msg_id}{half_queue_offset:0{_QUEUE_OFFSET_HEX}X}"
+
+
+def parse_transaction_id(text: str) -> tuple[int, int]:
+    """(commit-log offset, half-queue offset) of a transaction id; ValueError when it is not one of ours."""
+    offset_msg_id, queue_hex = text[:-_QUEUE_OFFSET_HEX], text[-_QUEUE_OFFSET_HEX:]
+    if len(text) <= _QUEUE_OFFSET_HEX or not all(c in "0123456789abcdefABCDEF" for c in queue_hex):
+        raise ValueError("not an offset message id followed by 16 hex digits")
+    _, _, commit_log_offset = decode_offset_msg_id(offset_msg_id)
+    return commit_log_offset, int(queue_hex, 16)
+
+
+def half_send_properties(props: dict[str, str], message: pb.Message) -> None:
+    """What makes a gRPC send a half message (grpc-proxy.md §8): TRAN_MSG=true, PGROUP (set by the caller: the
+    topic), the first check delay; a delivery time is dropped, as the Java producer drops DELAY (transactions.md §2.1)."""
+    props["TRAN_MSG"] = "true"
+    props.pop("DELAY", None)
+    sp = message.system_properties
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        duration = sp.orphaned_transaction_recovery_duration
+        seconds = duration.seconds + (1 if duration.nanos > 0 else 0)
+        if seconds > 0:
+            props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(seconds)
+
+
+# ---- the message a check carries ---------------------------------------------------------------------------------
+def half_record_message(record: MessageRecord) -> pb.Message:
+    """A stored half record as the pb.Message a producer's checker sees: its real topic and queue, the properties
+    the producer sent, message_id = UNIQ_KEY, an MD5 body digest, message_type TRANSACTION."""
+    props = record.properties
+    message = record_message(record, props.get("REAL_TOPIC", record.topic),
+                             int(props.get("REAL_QID", record.queue_id) or 0), record.queue_offset,
+                             record.reconsume_times + 1)
+    message.system_properties.message_type = pb.TRANSACTION
+    return message
+
+
+# ---- Telemetry streams -------------------------------------------------------------------------------------------
+class TelemetryStream:
+    """One open Telemetry stream: what the client writes, merged with what the server pushes to it."""
+
+    def __init__(self, owner: "TelemetryStreams", client_id: str) -> None:
+        self.owner = owner
+        self.client_id = client_id
+        self.topics: frozenset[str] = frozenset()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._pushed = 0
+
+    async def merged(self, request_iterator: AsyncIterator[spb.TelemetryCommand]
+                     ) -> AsyncIterator[tuple[bool, spb.TelemetryCommand]]:
+        """(pushed, command): the client's commands (pushed=False) and the server's (True), until the client's side
+        ends."""
+        reader = asyncio.ensure_future(self._read(request_iterator))
+        try:
+            while True:
+                pushed, command = await self._queue.get()
+                if command is None:
+                    return
+                if pushed:
+                    self._pushed -= 1
+                yield pushed, command
+        finally:
+            reader.cancel()
+
+    async def _read(self, request_iterator: AsyncIterator[spb.TelemetryCommand]) -> None:
+        try:
+            async for command in request_iterator:
+                self._queue.put_nowait((False, command))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client went away: the stream ends
+            log.debug("telemetry stream of %s ended: %s", self.client_id, exc)
+        self._queue.put_nowait((False, None))
+
+    def publishing(self, settings: pb.Settings) -> None:
+        """A producer's Settings: the topics it publishes, where its transaction checks come from."""
+        if settings.WhichOneof("pub_sub") == "publishing":
+            self.topics = frozenset(t.name for t in settings.publishing.topics)
+            self.owner._index(self)
+
+    def push(self, command: spb.TelemetryCommand) -> bool:
+        if self._pushed >= _MAX_PENDING_PUSHES:
+            return False
+        self._pushed += 1
+        self._queue.put_nowait((True, command))
+        return True
+
+    def close(self) -> None:
+        self.owner._remove(self)
+
+
+class TelemetryStreams:
+    """The open Telemetry streams of the endpoint, by producer topic (the gRPC producer group)."""
+
+    def __init__(self) -> None:
+        self._by_topic: dict[str, list[TelemetryStream]] = {}
+        self._turn = itertools.count()
+
+    def open(self, client_id: str) -> TelemetryStream:
+        return TelemetryStream(self, client_id)
+
+    def for_topic(self, topic: str) -> list[TelemetryStream]:
+        return list(self._by_topic.get(topic, ()))
+
+    def pick(self, topic: str) -> TelemetryStream | None:
+        """A producer stream of `topic`, round robin (the reference asks any producer instance of the group)."""
+        streams = self._by_topic.get(topic)
+        return streams[next(self._turn) % len(streams)] if streams else None
+
+    def _index(self, stream: TelemetryStream) -> None:
+        self._remove(stream)
+        for topic in stream.topics:
+            self._by_topic.setdefault(topic, []).append(stream)
+
+    def _remove(self, stream: TelemetryStream) -> None:
+        for topic in list(self._by_topic):
+            streams = self._by_topic[topic]
+            if stream in streams:
+                streams.remove(stream)
+                if not streams:
+                    del self._by_topic[topic]
+
+
+# ---- EndTransaction and checks -----------------------------------------------------------------------------------
+class GrpcTransactions:
+    """EndTransaction through the broker's END_TRANSACTION handler, and the CheckRecipient that turns the broker's
+    transaction checks into RecoverOrphanedTransactionCommands on producers' Telemetry streams."""
+
+    def __init__(self, broker: "Broker", streams: TelemetryStreams) -> None:
+        self.broker = broker
+        self.streams = streams
+
+    # CheckRecipient (broker.transaction.service)
+    def send_check(self, group: str, copy: MessageRecord) -> bool:
+        stream = self.streams.pick(group)
+        if stream is None:
+            return False
+        command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+            message=half_record_message(copy), transaction_id=transaction_id(copy.offset_msg_id, copy.queue_offset)))
+        if not stream.push(command):
+            log.warning("transaction check of %s: the telemetry stream of %s is not read; not sent",
+                        copy.properties.get("UNIQ_KEY"), stream.client_id)
+            return False
+        log.info("transaction check of %s sent to gRPC producer %s of topic %s", copy.properties.get("UNIQ_KEY"),
+                 stream.client_id, group)
+        return True
+
+    async def end_transaction(self, request: spb.EndTransactionRequest, peer: str) -> pb.Status:
+        topic = request.topic.name
+        if not request.transaction_id:
+            return status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
+        if not request.message_id:
+            return status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
+        try:
+            commit_log_offset, queue_offset = parse_transaction_id(request.transaction_id)
+        except ValueError as exc:
+            return status(pb.INVALID_TRANSACTION_ID,
+                           f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
+        if request.resolution == pb.COMMIT:
+            decision = COMMIT
+        elif request.resolution == pb.ROLLBACK:
+            decision = ROLLBACK
+        else:  # UNKNOWN: the transaction stays open and will be checked, as a remoting UNKNOWN
+            return status(pb.OK, "no resolution given: the transaction stays open and will be checked again")
+        half = self.broker.transaction_service.look(commit_log_offset)
+        if half is None or half.topic != HALF_TOPIC or half.physical_offset != commit_log_offset:
+            return status(pb.INVALID_TRANSACTION_ID,
+                           f"transaction id {request.transaction_id}: no half message at commit-log offset "
+                           f"{commit_log_offset}")
+        uniq = half.properties.get("UNIQ_KEY")
+        if uniq != request.message_id:
+            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to message "
+                                                      f"{uniq}, not {request.message_id}")
+        real_topic = half.properties.get("REAL_TOPIC")
+        if real_topic != topic:
+            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to topic "
+                                                      f"{real_topic}, not {topic}")
+        fields = {"producerGroup": topic, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
+                  "commitOrRollback": decision,
+                  "fromTransactionCheck": "true" if request.source == pb.SOURCE_SERVER_CHECK else "false",
+                  "msgId": request.message_id, "transactionId": request.transaction_id, "topic": topic}
+        try:
+            await call_handler(self.broker.dispatch_table, RequestCode.END_TRANSACTION, fields, caller=peer)
+        except AdminCallError as exc:
+            return status(_end_code(exc), exc.remark)
+        return status(pb.OK)
+
+
+def _end_code(exc: AdminCallError) -> int:
+    """An END_TRANSACTION refusal as a gRPC code: a half record the decision cannot apply to (wrong group or offset,
+    already decided) is an invalid transaction id; a failed write is the server's."""
+    if exc.code == ResponseCode.SYSTEM_ERROR:
+        failed_write = exc.remark.startswith(("storing", "recording"))
+        return pb.INTERNAL_SERVER_ERROR if failed_write else pb.INVALID_TRANSACTION_ID
+    return {
+        ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+        ResponseCode.INVALID_PARAMETER: pb.BAD_REQUEST,
+        ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
+        ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    }.get(exc.code, pb.INTERNAL_SERVER_ERROR)
+
+
+__all__ = ["GrpcTransactions", "TelemetryStreams", "TelemetryStream", "transaction_id", "parse_transaction_id",
+           "half_record_message", "half_send_properties"]

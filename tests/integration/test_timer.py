@@ -1,0 +1,142 @@
+"""5.x timed messages against the real broker process: TIMER_DELIVER_MS / TIMER_DELAY_SEC from remoting producers and
+delivery_timestamp from gRPC ones wait in rmq_sys_wheel_timer and reach their topic at their own time (not at a
+classic delay level), in time order; RecallMessage cancels one; a kill -9 neither loses nor repeats them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from conftest import free_port
+from google.protobuf import timestamp_pb2
+
+from protocol.codes import RequestCode as RC, ResponseCode as R
+from protocol.grpc import definition_pb2 as pb
+from protocol.grpc import service_pb2 as spb
+from protocol.grpc import service_pb2_grpc
+
+from .test_grpc_pop import Pop, collect, create_topic
+from .wire import WireClient, props, pull_records, send_v2_fields
+
+TOPIC = "Timed"
+CLIENT = (("x-mq-client-id", "timer-test@1@1@abc"),)
+
+
+def timer_broker(broker_factory, **extra):
+    port = free_port()
+    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, "timerMaxDelaySec": 600,
+                                   "minInvisibleTimeMillsForRecv": 500,
+                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 100, **extra})
+    broker.grpc_port = port
+    return broker
+
+
+async def send_timed(addr: str, uniq: str, **timer: str) -> object:
+    async with await WireClient.connect(addr) as client:
+        return await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(UNIQ_KEY=uniq, **timer)),
+                                    uniq.encode())
+
+
+async def arrivals(addr: str, want: set[str], timeout: float) -> dict[str, int]:
+    """Poll the topic until every id in `want` arrived: id -> wall-clock ms of the first poll that saw it."""
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    async with await WireClient.connect(addr) as client:
+        while not want <= seen.keys() and time.monotonic() < deadline:
+            started = int(time.time() * 1000)
+            for record in await pull_records(client, TOPIC, 0):
+                seen.setdefault(record.uniq_key, started)
+            await asyncio.sleep(0.05)
+    return seen
+
+
+async def test_timed_messages_arrive_at_their_own_time_in_time_order(broker_factory):
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1)
+    now = int(time.time() * 1000)
+    sent = {"LATE": now + 2300, "EARLY": now + 900}  # stored late-first, due early-first
+    assert (await send_timed(broker.addr, "LATE", TIMER_DELIVER_MS=str(sent["LATE"]))).code == R.SUCCESS
+    assert (await send_timed(broker.addr, "EARLY", TIMER_DELAY_SEC="1")).code == R.SUCCESS
+    assert (await send_timed(broker.addr, "NOW", TIMER_DELIVER_MS=str(now - 5))).code == R.SUCCESS  # due: at once
+    seen = await arrivals(broker.addr, {"LATE", "EARLY", "NOW"}, 10)
+    assert seen["NOW"] < now + 800
+    assert sent["EARLY"] <= seen["EARLY"] + 60 < sent["EARLY"] + 1000  # not a delay level (the first is 1 s)
+    assert sent["LATE"] <= seen["LATE"] + 60 < sent["LATE"] + 1000
+    async with await WireClient.connect(broker.addr) as client:
+        records = {r.uniq_key: r for r in await pull_records(client, TOPIC, 0)}
+        bad = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(TIMER_DELAY_SEC="soon")), b"x")
+        far = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(TIMER_DELAY_SEC="601")), b"x")
+    assert [r.uniq_key for r in records.values()] == ["NOW", "EARLY", "LATE"]  # stored in delivery order
+    assert records["LATE"].properties["TIMER_DELIVER_MS"] == str(sent["LATE"])
+    assert "TIMER_OUT_MS" not in records["LATE"].properties and records["LATE"].body == b"LATE"
+    assert bad.code == R.MESSAGE_ILLEGAL and "TIMER_DELAY_SEC" in bad.remark
+    assert far.code == R.MESSAGE_ILLEGAL and "timerMaxDelaySec" in far.remark
+
+
+async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(broker_factory):
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+
+        async def send(message_id: str, ahead_ms: int) -> spb.SendResultEntry:
+            at = int(time.time() * 1000) + ahead_ms
+            response = await stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=TOPIC), body=message_id.encode(), system_properties=pb.SystemProperties(
+                    message_id=message_id, message_type=pb.DELAY,
+                    delivery_timestamp=timestamp_pb2.Timestamp(seconds=at // 1000, nanos=at % 1000 * 1_000_000)))]),
+                metadata=CLIENT, timeout=10)
+            return response.entries[0]
+
+        kept, recalled = await send("KEPT", 1200), await send("RECALLED", 1500)
+        assert kept.status.code == recalled.status.code == pb.OK and recalled.recall_handle
+        recall = spb.RecallMessageRequest(topic=pb.Resource(name=TOPIC), recall_handle=recalled.recall_handle)
+        answer = await stub.RecallMessage(recall, metadata=CLIENT, timeout=10)
+        assert answer.status.code == pb.OK and answer.message_id == "RECALLED"
+        again = await stub.RecallMessage(recall, metadata=CLIENT, timeout=10)
+        assert again.status.code == pb.NOT_FOUND and "recalled already" in again.status.message
+        bogus = await stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=TOPIC), recall_handle="x y"),
+                                         metadata=CLIENT, timeout=10)
+        assert bogus.status.code == pb.BAD_REQUEST
+        too_far = await send("FAR", 601_000)
+        assert too_far.status.code == pb.ILLEGAL_DELIVERY_TIME and "timerMaxDelaySec" in too_far.status.message
+    pop = Pop(broker.grpc_port, topic=TOPIC, metadata=CLIENT)
+    try:
+        assert await pop.messages(poll_ms=300) == []  # not yet
+        [message] = await collect(pop, 1, invisible_ms=60_000, poll_ms=2000)
+        assert message.system_properties.message_id == "KEPT" and message.system_properties.message_type == pb.DELAY
+        assert message.system_properties.HasField("delivery_timestamp")
+        assert await pop.messages(poll_ms=1500) == []  # the recalled one never comes
+    finally:
+        await pop.close()
+
+
+async def test_a_kill_neither_loses_nor_repeats_timed_messages(broker_factory):
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1)
+    for i in range(5):
+        assert (await send_timed(broker.addr, f"SOON{i}", TIMER_DELAY_MS="300")).code == R.SUCCESS
+    for i in range(5):
+        assert (await send_timed(broker.addr, f"LATER{i}", TIMER_DELAY_MS="2500")).code == R.SUCCESS
+    assert len(await arrivals(broker.addr, {f"SOON{i}" for i in range(5)}, 10)) == 5
+    broker.kill()
+    broker.start()
+    seen = await arrivals(broker.addr, {f"LATER{i}" for i in range(5)}, 15)
+    assert len(seen) == 10
+    await asyncio.sleep(1.5)
+    async with await WireClient.connect(broker.addr) as client:
+        stored = [r.uniq_key for r in await pull_records(client, TOPIC, 0)]
+    assert sorted(stored) == sorted(seen)  # each exactly once
+
+
+async def test_the_project_client_sends_timed_messages(broker_factory):
+    from client import Message, Producer
+
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1)
+    deliver_ms = int(time.time() * 1000) + 1200
+    async with Producer("timed-producer", broker.namesrv_addr) as producer:
+        result = await producer.send(Message(TOPIC, b"at a time", deliver_time_ms=deliver_ms))
+    seen = await arrivals(broker.addr, {result.msg_id}, 10)
+    assert deliver_ms <= seen[result.msg_id] + 60 < deliver_ms + 1000
