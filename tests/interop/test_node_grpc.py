@@ -1,9 +1,19 @@
 """Interop: the official RocketMQ 5.x Node.js SDK (npm rocketmq-client-nodejs 1.0.8) against the broker's gRPC endpoint.
 
-Each test starts the real broker process with `enableGrpcProxy=true`, runs one Node script from tests/interop/node
-(grpc_*.js, bounded by its own deadline and by a process timeout here) and asserts on the JSON summary it prints.
-What the broker stored, or what a remoting producer put in, is checked or fed over the remoting protocol
-(tests/integration/wire.py), so both directions of gRPC <-> remoting interoperation are covered.
+Each test starts the real broker process with `enableGrpcProxy=true`, runs Node scripts from tests/interop/node
+(grpc_*.js, each bounded by its own deadline and by a process timeout here) and asserts on the JSON summary they
+print (NODE_GRPC_DEBUG=1 prints the summaries). What the broker stored, or what a remoting producer put in, is
+checked or fed over the remoting protocol (tests/integration/wire.py), so gRPC <-> remoting interoperation is
+covered both ways.
+
+What this SDK does that a server must live with (1.0.8):
+* its load balancers keep only route queues whose *queue id* is 0 (they compare MessageQueue.id with the master
+  broker id): every SendMessage and every SimpleConsumer ReceiveMessage names queue 0, whatever the route says;
+* Producer and consumers wait for the Settings answer on Telemetry before startup() returns (no time limit);
+* a consumer adopts the Settings' backoff policy only when it is exponential (reading whole seconds of it as
+  milliseconds); otherwise a push consumer nacks with delay 0 and its ordered mode gives up after one attempt
+  (ForwardMessageToDeadLetterQueue at the first failure);
+* parts of it log to ~/logs/rocketmq whatever logger it is given: the scripts run with HOME = the test's tmp_path.
 """
 
 from __future__ import annotations
@@ -34,6 +44,19 @@ def free_port() -> int:
 def grpc_broker(broker_factory):
     port = free_port()
     broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port})
+    broker.grpc_port = port
+    broker.endpoints = f"127.0.0.1:{port}"
+    return broker
+
+
+@pytest.fixture
+def fast_grpc_broker(broker_factory):
+    """The gRPC broker with the shortest receive invisible duration and long poll lowered (broker.conf keys of the
+    reference proxy), so a test can let a handle expire in 3 s and see an empty receive in 0.5 s."""
+    port = free_port()
+    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port,
+                                   "minInvisibleTimeMillsForRecv": 1000,
+                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 500})
     broker.grpc_port = port
     broker.endpoints = f"127.0.0.1:{port}"
     return broker
@@ -188,6 +211,25 @@ async def test_node_simple_consumer_receives_acks_changes_invisibility_and_gets_
     assert summary["late"] == [], "acked messages, and redeliveries that were acked, must not come back"
 
 
+async def test_node_simple_consumer_with_a_tag_expression_gets_only_those_tags(node_runtime, fast_grpc_broker,
+                                                                               tmp_path):
+    """Node Producer -> Node SimpleConsumer subscribed with `TagA||TagC`: the broker filters, so only the TagA
+    messages arrive (and are acked); the TagB ones never do."""
+    broker = fast_grpc_broker
+    topic, group = "NodeGrpcFilter", "node_grpc_filter"
+    await _create_topic(broker.addr, topic)
+    produced = await _run_node(node_runtime, broker, "grpc_produce.js", 20, home=tmp_path, topic=topic, count=8,
+                               prefix="tf")
+    tag_a = {s["messageId"]: s for s in produced["sent"] if s["tag"] == "TagA"}
+    summary = await _run_node(node_runtime, broker, "grpc_simple_consumer.js", 20, home=tmp_path, topic=topic,
+                              group=group, filter="TagA||TagC", expect=len(tag_a), batch=16, await_ms=500,
+                              invisible_ms=5000, receive_wait_ms=8000, quiet_until_ms=2000)
+    assert {m["messageId"]: (m["tag"], m["body"]) for m in summary["first"]} == \
+        {i: (s["tag"], s["body"]) for i, s in tag_a.items()}
+    assert {a["messageId"] for a in summary["acks"]} == set(tag_a)
+    assert summary["late"] == [], "a TagB message (or an acked TagA one) was delivered"
+
+
 # ---- c. PushConsumer ---------------------------------------------------------------------------------------------
 
 def _deliveries_by_id(summary: dict) -> dict[str, list[dict]]:
@@ -285,19 +327,6 @@ async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_grou
         dead = await pull_records(client, f"%DLQ%{group}", 0)
     assert [r.uniq_key for r in dead] == [poison], "the forwarded message is in the group's dead-letter queue"
     assert dead[0].body == by_id[poison]["body"].encode() and dead[0].properties["TAGS"] == by_id[poison]["tag"]
-
-
-@pytest.fixture
-def fast_grpc_broker(broker_factory):
-    """The gRPC broker with the shortest receive invisible duration and long poll lowered (broker.conf keys of the
-    reference proxy), so a test can let a handle expire in 3 s and see an empty receive in 0.5 s."""
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port,
-                                   "minInvisibleTimeMillsForRecv": 1000,
-                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 500})
-    broker.grpc_port = port
-    broker.endpoints = f"127.0.0.1:{port}"
-    return broker
 
 
 async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_batch(node_runtime, fast_grpc_broker,
