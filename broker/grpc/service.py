@@ -27,7 +27,7 @@ from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_se
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
-from broker.managers.topic_config import validate_topic
+from broker.managers.topic_config import validate_group, validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -219,6 +219,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if self._seen(context) not in self.settings:
             return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
+        if request.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+            problem = validate_group(request.group.name)
+            if problem is not None:
+                return spb.HeartbeatResponse(status=status(pb.ILLEGAL_CONSUMER_GROUP, problem))
         return spb.HeartbeatResponse(status=status(pb.OK))
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,

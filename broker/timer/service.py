@@ -34,6 +34,9 @@ SCAN_MAX_PER_PASS = 20_000  # timer records read into the heap per pass (the res
 DELIVER_MAX_PER_PASS = 2_000
 RETRY_AFTER_FAILURE_S = 0.1
 SNAPSHOT_EVERY_RECORDS = 5_000
+# Pending deliveries held in memory at most (~100 bytes each). Beyond it the timer queue is read further only as
+# deliveries free room: later-stored messages may then come late, but memory stays bounded.
+MAX_PENDING_IN_MEMORY = 1_000_000
 
 
 def _now_ms() -> int:
@@ -56,6 +59,7 @@ class TimerMessageService:
         self._records_since_snapshot = 0
         self.delivered = 0
         self._delivering: int | None = None
+        self._full_warned = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -145,6 +149,13 @@ class TimerMessageService:
         """Read newly stored timer records into the heap; returns how many."""
         added = 0
         for _ in range(SCAN_MAX_PER_PASS // SCAN_BATCH):
+            if len(self._heap) >= MAX_PENDING_IN_MEMORY:
+                if not self._full_warned:
+                    log.warning("%d timed messages are pending in memory (the most held); later ones are read as "
+                                "these are delivered", len(self._heap))
+                    self._full_warned = True
+                break
+            self._full_warned = False
             result = self.store.get_messages(TIMER_TOPIC, 0, self.scanned, SCAN_BATCH)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # expired files took the oldest ones
                 log.warning("timed messages at timer-queue offsets %d..%d were deleted before delivery",

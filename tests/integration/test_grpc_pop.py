@@ -479,3 +479,40 @@ async def test_a_group_switching_between_remoting_pulls_and_pop_shares_its_offse
         assert [m.system_properties.message_id for m in again] == ids[1:]
     finally:
         await pop.close()
+
+
+async def test_consumer_settings_heartbeats_and_assignments(pop_broker):
+    await create_topic(pop_broker.addr, TOPIC, queues=3)
+    await create_group(pop_broker.addr, "Ordered", orderly=True, retry_max_times=4)
+    pop = Pop(pop_broker.grpc_port)
+    try:
+        async def settings(group: str) -> pb.Settings:
+            command = spb.TelemetryCommand(settings=pb.Settings(
+                client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group))))
+
+            async def one():
+                yield command
+
+            answers = [a async for a in pop.stub.Telemetry(one(), metadata=CLIENT, timeout=10)]
+            assert answers[0].status.code == pb.OK
+            return answers[0].settings
+
+        plain, ordered = await settings(GROUP), await settings("Ordered")
+        assert not plain.subscription.fifo and ordered.subscription.fifo
+        assert plain.subscription.receive_batch_size == 32 and plain.subscription.long_polling_timeout.seconds == 20
+        assert plain.backoff_policy.max_attempts == 17 and ordered.backoff_policy.max_attempts == 5
+        assert [d.seconds for d in plain.backoff_policy.customized_backoff.next] == [1] * 16  # levels 3..18
+        beat = await pop.stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PUSH_CONSUMER,
+                                                             group=pb.Resource(name="bad group!")),
+                                        metadata=CLIENT, timeout=10)
+        assert beat.status.code == pb.ILLEGAL_CONSUMER_GROUP
+
+        async def assignment(group: str, topic: str = TOPIC) -> spb.QueryAssignmentResponse:
+            return await pop.stub.QueryAssignment(spb.QueryAssignmentRequest(
+                topic=pb.Resource(name=topic), group=pb.Resource(name=group)), metadata=CLIENT, timeout=10)
+
+        assert [a.message_queue.id for a in (await assignment(GROUP)).assignments] == [-1]
+        assert [a.message_queue.id for a in (await assignment("Ordered")).assignments] == [0, 1, 2]
+        assert (await assignment(GROUP, "NoSuchTopic")).status.code == pb.TOPIC_NOT_FOUND
+    finally:
+        await pop.close()
