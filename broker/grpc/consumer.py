@@ -57,6 +57,9 @@ class ConsumerRpcs:
         refused = self.refusal(context, topic=topic, group=group, subscribe=True)
         if refused is not None:
             return refused
+        if not self.pop.running:
+            return status(pb.FORBIDDEN, "this broker does not serve POP consumption (it is a slave, or stopping): "
+                                        "receive from its master")
         problem = validate_group(group)
         if problem is not None:
             return status(pb.ILLEGAL_CONSUMER_GROUP, problem)

@@ -144,6 +144,11 @@ class PopService:
                 self.offsets.commit_offset(group, topic, queue_id, progress.committed)
             progress.written = progress.committed
 
+    @property
+    def running(self) -> bool:
+        """Started (masters only: a slave's store is its master's copy)."""
+        return self._revive_task is not None
+
     async def start(self) -> None:
         self._revive_task = asyncio.get_running_loop().create_task(self._revive_loop(), name="pop-revive")
 
