@@ -161,10 +161,9 @@ class ConsumerRpcs:
         remaining = context.time_remaining() if context is not None else None
         if remaining is not None:
             poll_s = max(0.0, min(poll_s, remaining - 0.5))
-        queue_id = request.message_queue.id if request.message_queue.id >= 0 and self.fifo(group) else -1
         return PopRequest(group=group, topic=topic, batch=min(request.batch_size, MAX_BATCH),
                           invisible_ms=invisible_ms, max_attempts=max_attempts, fifo=self.fifo(group),
-                          queue_id=queue_id, message_filter=message_filter, tag_names=tag_names,
+                          message_filter=message_filter, tag_names=tag_names,
                           renew_client=client_id if request.auto_renew else "",
                           attempt_id=request.attempt_id if request.HasField("attempt_id") else ""), poll_s, None
 

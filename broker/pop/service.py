@@ -77,7 +77,8 @@ class PopRequest:
     invisible_ms: int
     max_attempts: int
     fifo: bool = False
-    queue_id: int = -1  # -1: every readable queue
+    queue_id: int = -1  # -1: every readable queue (what gRPC receives ask for: the reference pops the whole topic
+    # on the broker whatever queue the request names, FIFO groups included)
     message_filter: MessageFilter | None = None
     tag_names: frozenset[str] | None = None  # exact tags (the filter's hash codes can collide)
     renew_client: str = ""  # auto_renew: the client id whose liveness keeps the messages invisible
