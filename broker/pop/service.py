@@ -327,7 +327,7 @@ class PopService:
                 self.state.log_finish(key, [offset])
                 continue
             attempt = entry.attempt if same_attempt and not entry.ready else entry.attempt + 1
-            renewed = Inflight(entry.phys, now, request.invisible_ms, attempt, request.renew_client, entry.first_pop_ms)
+            renewed = Inflight(entry.phys, now, request.invisible_ms, attempt, request.renew_client)
             if attempt > request.max_attempts:
                 renewed.invisible_ms = 30_000
                 collected.dead.append(_DeadLetter(key, offset, record, request.group, request.topic))
@@ -368,6 +368,10 @@ class PopService:
             if handle.expiry_ms <= now or entry is not None:
                 raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
             raise PopError(KIND_HANDLE_UNKNOWN, "the message of this receipt handle is not in flight (acked already?)")
+        if handle.expiry_ms <= now and not (entry.renew_client and handle.pop_time_ms == entry.first_pop_ms):
+            # a lapsed handle, e.g. of a FIFO batch delivered again since; an auto-renewed delivery's first handle
+            # stays good while the broker renews it
+            raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
         return key, progress, entry
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:

@@ -247,6 +247,7 @@ async def test_fifo_groups_get_their_queue_in_order_one_batch_at_a_time(pop_brok
         again = await collect(pop, 3, batch=3, invisible_ms=5000)
         assert [m.system_properties.message_id for m in again] == ids[:3]  # lapsed: the same, in order
         assert [m.system_properties.delivery_attempt for m in again] == [2, 2, 2]
+        assert (await pop.ack(lost[0])).code == pb.INVALID_RECEIPT_HANDLE  # the lapsed delivery's handle
         for message in again[:2]:
             assert (await pop.ack(message)).code == pb.OK
         assert await pop.messages(batch=3, poll_ms=200) == []  # one of the batch is still in flight
