@@ -140,3 +140,51 @@ async def test_the_project_client_sends_timed_messages(broker_factory):
         result = await producer.send(Message(TOPIC, b"at a time", deliver_time_ms=deliver_ms))
     seen = await arrivals(broker.addr, {result.msg_id}, 10)
     assert deliver_ms <= seen[result.msg_id] + 60 < deliver_ms + 1000
+
+
+SDK_TIMED = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+port, topic = int(sys.argv[1]), sys.argv[2]
+config = ClientConfiguration(f"127.0.0.1:{port}", Credentials())
+producer = Producer(config, (topic,))
+producer.startup()
+out = {}
+try:
+    due_s = int(time.time()) + 2  # the 5.x Python SDK (5.1.2) puts this value in Timestamp.seconds: epoch seconds
+    kept, recalled = Message(), Message()
+    for message, body in ((kept, b"kept"), (recalled, b"recalled")):
+        message.topic, message.body, message.delivery_timestamp = topic, body, due_s
+    receipt = producer.send(kept)
+    out["kept"] = receipt.message_id
+    out["recalled"] = producer.recall_message(topic, producer.send(recalled).recall_handle)
+finally:
+    producer.shutdown()
+consumer = SimpleConsumer(config, "SdkTimedGroup", {topic: FilterExpression("*")}, await_duration=1)
+consumer.startup()
+try:
+    seen, deadline = [], time.monotonic() + 12
+    while time.monotonic() < deadline and len(seen) < 2:
+        for m in consumer.receive(16, 30):
+            seen.append([m.message_id, m.body.decode(), int(time.time() * 1000), m.delivery_timestamp])
+            consumer.ack(m)
+        if seen and time.time() > due_s + 2:
+            break
+    out["seen"], out["due_ms"] = seen, due_s * 1000
+    print("RESULT " + json.dumps(out), flush=True)
+finally:
+    consumer.shutdown()
+"""
+
+
+async def test_the_python_sdk_sends_recalls_and_receives_timed_messages(broker_factory):
+    from .test_grpc_pop import _run_sdk
+
+    broker = timer_broker(broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=2)
+    out = await asyncio.to_thread(_run_sdk, SDK_TIMED, broker.grpc_port, TOPIC)
+    assert out["recalled"] and out["recalled"] != out["kept"]
+    [(message_id, body, seen_ms, delivery_ms)] = out["seen"]  # the recalled one never came
+    assert (message_id, body, delivery_ms) == (out["kept"], "kept", out["due_ms"])
+    assert out["due_ms"] <= seen_ms < out["due_ms"] + 3000
