@@ -26,7 +26,7 @@ from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
 from broker.metrics import BrokerMetrics
-from broker.pop.service import PopService
+from broker.pop.service import PopService, RenewPolicy
 from broker.processors import build_dispatch_table, build_processors, build_run_table
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
@@ -137,7 +137,9 @@ class Broker:
             connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length))
         # POP consumption (5.x SDKs over gRPC): one store, groups and offsets shared with remoting consumers.
         self.pop_service = PopService(self.store, self.topic_config_manager, self.subscription_group_manager,
-                                      self.consumer_offset_manager, config_dir, config.broker_name)
+                                      self.consumer_offset_manager, config_dir, config.broker_name,
+                                      renew=RenewPolicy(config.default_invisible_time_mills,
+                                                        config.renew_ahead_time_millis, config.renew_max_time_millis))
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.run_table = build_run_table(self.processors)

@@ -132,6 +132,10 @@ class BrokerConfig:
     min_invisible_time_mills_for_recv: int = 10_000
     grpc_client_consumer_min_long_polling_timeout_millis: int = 5_000
     grpc_client_consumer_max_long_polling_timeout_millis: int = 20_000
+    # push consumers' auto-renewed deliveries: invisible for, renewed this long before they lapse, renewed for at most
+    default_invisible_time_mills: int = 60_000
+    renew_ahead_time_millis: int = 10_000
+    renew_max_time_millis: int = 3 * 3600 * 1000
     # 5.x timed messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS): how far ahead they may be
     timer_max_delay_sec: int = 3 * 24 * 3600
     # TLS on every remoting port of the process (broker, VIP, embedded name server); see broker/tls.py
@@ -354,6 +358,9 @@ class BrokerConfig:
             "grpc_client_consumer_min_long_polling_timeout_millis",
             "grpc_client_consumer_max_long_polling_timeout_millis",
             "timer_max_delay_sec",
+            "default_invisible_time_mills",
+            "renew_ahead_time_millis",
+            "renew_max_time_millis",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
@@ -363,6 +370,9 @@ class BrokerConfig:
                               f"({self.grpc_client_consumer_max_long_polling_timeout_millis}), got "
                               f"{self.grpc_client_consumer_min_long_polling_timeout_millis}",
                               "grpcClientConsumerMinLongPollingTimeoutMillis")
+        if self.renew_ahead_time_millis >= self.default_invisible_time_mills:
+            raise ConfigError(f"must be less than defaultInvisibleTimeMills ({self.default_invisible_time_mills}), got "
+                              f"{self.renew_ahead_time_millis}", "renewAheadTimeMillis")
         if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
             raise ConfigError(f"expected 0 (a quarter of writeBufferHighWaterMark) up to writeBufferHighWaterMark "
                               f"({self.write_buffer_high_water_mark}), got {self.write_buffer_low_water_mark}",

@@ -16,7 +16,7 @@ from broker.grpc.common import duration, record_message, status, timestamp, to_m
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.topic_config import validate_group, validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
-from broker.pop.service import (AUTO_RENEW_INVISIBLE_MS, KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN,
+from broker.pop.service import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN,
                                 KIND_NOT_FOUND, MAX_BATCH, Delivery, PopError, PopRequest, PopService)
 from protocol.codes import PERM_READ
 from protocol.grpc import definition_pb2 as pb
@@ -130,7 +130,7 @@ class ConsumerRpcs:
             return None, 0.0, problem
         client_id = self.client_id_of(context)
         if request.auto_renew:
-            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+            invisible_ms = self.pop.renew.invisible_ms
         else:
             if not request.HasField("invisible_duration"):
                 return None, 0.0, status(pb.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required without auto_renew")

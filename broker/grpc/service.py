@@ -229,11 +229,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       context: Any) -> spb.NotifyClientTerminationResponse:
         client_id = _client_id(context)
         self.last_seen.pop(client_id, None)
+        if client_id:
+            self.broker.pop_service.release_client(client_id)  # its auto-renewed deliveries come back soon
         if self.settings.pop(client_id, None) is None:
             return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                                      "cannot find client settings for this client"))
-        if self.broker.pop_service is not None:
-            self.broker.pop_service.release_client(client_id)
         return spb.NotifyClientTerminationResponse(status=status(pb.OK))
 
     # ---- sending ---------------------------------------------------------------------------------------------

@@ -34,9 +34,6 @@ from protocol.message import MessageRecord, RecordError, iter_records
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 32
-AUTO_RENEW_INVISIBLE_MS = 60_000
-AUTO_RENEW_AHEAD_MS = 10_000
-AUTO_RENEW_MAX_MS = 3 * 3600 * 1000
 REVIVE_INTERVAL_S = 0.5
 REVIVE_MAX_PER_PASS = 2_000
 RETRY_FIRST_PROBABILITY = 0.2
@@ -112,17 +109,30 @@ class _Pass:
     dead: list[_DeadLetter] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class RenewPolicy:
+    """Auto-renewed deliveries (push consumers): invisible this long, renewed this long before they lapse, for at
+    most this long after they were handed out (the reference proxy's defaultInvisibleTimeMills,
+    renewAheadTimeMillis, renewMaxTimeMillis)."""
+
+    invisible_ms: int = 60_000
+    ahead_ms: int = 10_000
+    max_ms: int = 3 * 3600 * 1000
+
+
 class PopService:
     """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state."""
 
     def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, config_dir: str, broker_name: str,
-                 client_alive: Callable[[str], bool] = lambda _client: True) -> None:
+                 client_alive: Callable[[str], bool] = lambda _client: True,
+                 renew: RenewPolicy = RenewPolicy()) -> None:
         self.store = store
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
         self.broker_name = broker_name
         self.client_alive = client_alive
+        self.renew = renew
         self.state = PopState(config_dir)
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._rotation: dict[tuple[str, str], int] = {}
@@ -464,9 +474,9 @@ class PopService:
             for offset, entry in progress.inflight.items():
                 if entry.ready:
                     continue
-                if entry.renew_client and entry.expiry_ms - now <= AUTO_RENEW_AHEAD_MS:
-                    if now - entry.first_pop_ms < AUTO_RENEW_MAX_MS and self.client_alive(entry.renew_client):
-                        entry.pop_time_ms, entry.invisible_ms = now, AUTO_RENEW_INVISIBLE_MS
+                if entry.renew_client and entry.expiry_ms - now <= self.renew.ahead_ms:
+                    if now - entry.first_pop_ms < self.renew.max_ms and self.client_alive(entry.renew_client):
+                        entry.pop_time_ms, entry.invisible_ms = now, self.renew.invisible_ms
                         self.state.log_update(key, offset, entry)
                         continue
                     entry.renew_client = ""

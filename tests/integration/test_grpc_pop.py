@@ -517,3 +517,31 @@ async def test_consumer_settings_heartbeats_and_assignments(pop_broker):
         assert (await assignment(GROUP, "NoSuchTopic")).status.code == pb.TOPIC_NOT_FOUND
     finally:
         await pop.close()
+
+
+async def test_auto_renewed_deliveries_stay_invisible_while_their_client_lives(broker_factory):
+    port = free_port()
+    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **FAST,
+                                   "defaultInvisibleTimeMills": 1000, "renewAheadTimeMillis": 600})
+    await create_topic(broker.addr, TOPIC, queues=1)
+    ids = await remoting_send(broker.addr, TOPIC, 2)
+    holder = Pop(port, metadata=(("x-mq-client-id", "holder@1@1@abc"),))
+    other = Pop(port, metadata=(("x-mq-client-id", "other@1@1@abc"),))
+    try:
+        held = await collect(holder, 2, auto_renew=True)  # a push consumer's receive: no invisible duration
+        assert [m.system_properties.message_id for m in held] == ids
+        assert held[0].system_properties.invisible_duration.seconds == 1
+        for _ in range(6):  # 3 s, three times the invisible time: renewed while the holder keeps calling
+            assert await other.messages(poll_ms=300, invisible_ms=60_000) == []
+            await holder.stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PUSH_CONSUMER,
+                                                             group=pb.Resource(name=GROUP)),
+                                        metadata=holder.metadata, timeout=10)
+            await asyncio.sleep(0.2)
+        assert (await holder.ack(held[0])).code == pb.OK  # its first handle is still good
+        await holder.stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(group=pb.Resource(name=GROUP)),
+                                                  metadata=holder.metadata, timeout=10)
+        back = await collect(other, 1, invisible_ms=60_000, poll_ms=1000, within=5)  # released at once
+        assert [(m.system_properties.message_id, m.system_properties.delivery_attempt) for m in back] == [(ids[1], 2)]
+    finally:
+        await holder.close()
+        await other.close()
