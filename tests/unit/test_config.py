@@ -131,6 +131,11 @@ def test_unknown_key_warns(tmp_path, caplog):
         ("messageDelayLevel=1s 5x\n", "key 'messageDelayLevel'"),
         ("deleteWhen=25\n", "key 'deleteWhen'"),
         ("brokerRole=MASTER\n", "key 'brokerRole'"),
+        ("timerMaxDelaySec=0\n", "key 'timerMaxDelaySec': must be greater than 0"),
+        ("minInvisibleTimeMillsForRecv=-1\n", "key 'minInvisibleTimeMillsForRecv'"),
+        ("grpcClientConsumerMinLongPollingTimeoutMillis=30000\n",
+         "key 'grpcClientConsumerMinLongPollingTimeoutMillis': must not exceed"),
+        ("renewAheadTimeMillis=60000\n", "key 'renewAheadTimeMillis': must be less than defaultInvisibleTimeMills"),
     ],
 )
 def test_malformed_values_name_key_and_line(tmp_path, text, fragment):
