@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from broker.config import ConfigError
 from broker.grpc.service import MessagingService
+from broker.tls import TlsSettings
 from protocol.grpc import service_pb2_grpc
 
 if TYPE_CHECKING:
@@ -16,6 +18,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024  # a 4 MiB body and its headers fit; the reference accepts up to 130 MiB
+
+
+def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
+    """TLS for the gRPC port from the broker's TLS keys: tlsMode=enforcing serves TLS only (with client certificates
+    as tlsServerNeedClientAuth says); permissive serves plaintext, as one gRPC port cannot take both (logged);
+    disabled is plaintext. Unreadable files are a ConfigError naming the key."""
+    if tls.mode == "permissive":
+        log.warning("tlsMode=permissive: the gRPC port serves plaintext only (it cannot accept TLS and plaintext on "
+                    "one port); use tlsMode=enforcing for TLS on it")
+    if tls.mode != "enforcing":
+        return None
+    key = _read(tls.key_path, "tlsServerKeyPath")
+    cert = _read(tls.cert_path, "tlsServerCertPath")
+    trust = _read(tls.trust_cert_path, "tlsServerTrustCertPath") if tls.trust_cert_path else None
+    auth = tls.need_client_auth
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=trust if auth != "none" else None,
+                                       require_client_auth=auth == "require")
+
+
+def _read(path: str | None, key: str) -> bytes:
+    try:
+        with open(path or "", "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key) from None
 
 
 class GrpcEndpoint:
@@ -32,8 +59,11 @@ class GrpcEndpoint:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.so_reuseport", 0)])
+        credentials = server_credentials(self.broker.tls)
+        address = f"{self.host}:{self.port}"
         try:
-            port = server.add_insecure_port(f"{self.host}:{self.port}")
+            port = server.add_secure_port(address, credentials) if credentials is not None \
+                else server.add_insecure_port(address)
         except RuntimeError as exc:  # grpcio reports a failed bind this way
             raise OSError(98, f"cannot bind {self.host}:{self.port}: {exc}") from None
         if port == 0:
@@ -45,7 +75,7 @@ class GrpcEndpoint:
         self._server, self._service = server, service
         # transaction checks of producers connected over gRPC go out on their Telemetry streams
         self.broker.transaction_service.add_check_recipient(service.transactions)
-        self.bind_addr = f"{self.host}:{port}"
+        self.bind_addr = f"{self.host}:{port}" + (" (tls)" if credentials is not None else "")
 
     async def stop(self) -> None:
         server, self._server = self._server, None
