@@ -140,14 +140,20 @@ async def test_two_consumers_in_one_group_split_the_queues(mq_broker, strategy):
         rec.deliveries.clear()
         rec.counts.clear()
         sent = await produce(ns, topic, 400, queue_nums=8)
-        await wait_for(lambda: len(rec.deliveries) >= 400, "400 deliveries")
+        wanted = set(sent)
+        await wait_for(lambda: sum(d[0] in wanted for d in rec.deliveries) >= 400, "400 deliveries")
         await asyncio.sleep(0.3)
         final = [owned(c, topic) for c in consumers]
     finally:
         for c in consumers:
             await c.shutdown()
-    assert rec.bodies == set(sent) and len(rec.deliveries) == 400 and not rec.duplicates()
-    per_queue = {q for q in (d[3] for d in rec.deliveries)}
+    # A warm-up message may come once more when the second consumer takes over its queue before the first one's
+    # offset reached the broker (at least once across the start-up rebalance); the 400 sent after the split come
+    # exactly once.
+    delivered = [d for d in rec.deliveries if d[0] in wanted]
+    assert rec.bodies - wanted <= {f"warm-{i}".encode() for i in range(8)}
+    assert {d[0] for d in delivered} == wanted and len(delivered) == 400
+    per_queue = {q for q in (d[3] for d in delivered)}
     assert per_queue == set(range(8))
     if strategy == "AVG_BY_CIRCLE":
         ids = sorted(sorted(q.queue_id for q in o) for o in final)
