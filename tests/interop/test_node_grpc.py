@@ -364,3 +364,29 @@ async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_ba
     assert all(m["messageGroup"] == "solo" for step in steps.values() for m in step["messages"])
     assert steps["r5"]["atMs"] >= steps["r4"]["startMs"] + invisible_ms, "redelivered before the handle expired"
     assert summary["expiredAck"]["ok"] is False and summary["expiredAck"]["code"] == 40013, summary["expiredAck"]
+
+
+async def test_node_producer_transactions_and_timed_messages(node_runtime, grpc_broker, tmp_path):
+    """Node transactions: the committed message reaches the topic, the rolled-back one never; a timed message arrives
+    at its time (not before), and one recalled before its time never does."""
+    topic = "NodeGrpcTxTimed"
+    await _create_topic(grpc_broker.addr, topic)
+    summary = await _run_node(node_runtime, grpc_broker, "grpc_transaction_delay.js", 20, home=tmp_path, topic=topic,
+                              delay_ms=4000)
+    transactions, timed = summary["transactions"], summary["timed"]
+    assert all(t["transactionId"] for t in transactions.values())
+    assert timed["keptHandle"] and timed["recallAnswer"] == timed["recalled"]
+    checked_ms = time.time() * 1000
+    early = {r.uniq_key for r in await _stored(grpc_broker, topic, 2)}
+    assert transactions["committed"]["messageId"] in early and transactions["rolled back"]["messageId"] not in early
+    if checked_ms < timed["dueMs"] - 100:  # looked before its time (the Node process normally exits within 1 s)
+        assert timed["kept"] not in early, "a timed message arrived before its time"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and timed["kept"] not in early:
+        await asyncio.sleep(0.1)
+        early = {r.uniq_key for r in await _stored(grpc_broker, topic, 2)}
+    assert timed["kept"] in early and time.time() * 1000 >= timed["dueMs"]
+    await asyncio.sleep(0.5)
+    stored = {r.uniq_key: r for r in await _stored(grpc_broker, topic, 2)}
+    assert set(stored) == {transactions["committed"]["messageId"], timed["kept"]}  # not rolled back, not recalled
+    assert stored[timed["kept"]].body == b"timed" and stored[timed["kept"]].properties["TAGS"] == "TagT"
