@@ -25,7 +25,7 @@ import socket
 import time
 
 import pytest
-from integration.wire import WireClient, props, pull_records, records, send_v2_fields
+from integration.wire import WireClient, props, pull_records, send_v2_fields
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
