@@ -231,14 +231,14 @@ class Broker:
             await self.schedule_service.start()
             self.timer_service.load()
             self.store.add_arrival_listener(self.timer_service.on_message_arrival)
-            await self.timer_service.start()
+            self.timer_service.start()
             self._timer_started = True
             for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
                 self.topic_config_manager.create_topic_if_absent(topic, 1)
             self.transaction_service.start()
             self.pop_service.load()
             self.store.add_arrival_listener(self.pop_service.on_message_arrival)
-            await self.pop_service.start()
+            self.pop_service.start()
             self._pop_started = True
 
         from broker.namesrv.registrar import BrokerRegistrar

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.background import BackgroundService
 from broker.filter import MessageFilter
 from broker.managers.topic_config import dlq_topic
 from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, ReceiptHandle
@@ -120,8 +121,10 @@ class RenewPolicy:
     max_ms: int = 3 * 3600 * 1000
 
 
-class PopService:
+class PopService(BackgroundService):
     """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state."""
+
+    task_name = "pop-revive"
 
     def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, config_dir: str, broker_name: str,
                  client_alive: Callable[[str], bool] = lambda _client: True,
@@ -137,7 +140,6 @@ class PopService:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._rotation: dict[tuple[str, str], int] = {}
         self._random = random.Random()
-        self._revive_task: asyncio.Task | None = None
         self._wake_revive = asyncio.Event()
         self._polling = 0
         topics.add_topic_listener(self._on_topic_change)
@@ -158,19 +160,10 @@ class PopService:
     @property
     def running(self) -> bool:
         """Started (masters only: a slave's store is its master's copy)."""
-        return self._revive_task is not None
-
-    async def start(self) -> None:
-        self._revive_task = asyncio.get_running_loop().create_task(self._revive_loop(), name="pop-revive")
+        return self._task is not None
 
     async def stop(self) -> None:
-        task, self._revive_task = self._revive_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await super().stop()
         for waiting in self._waiters.values():
             for event in waiting:
                 event.set()
@@ -209,7 +202,7 @@ class PopService:
                 event.clear()
                 deliveries = await self._pop(request)
                 remaining = deadline - loop.time()
-                if deliveries or remaining <= 0 or self._revive_task is None:
+                if deliveries or remaining <= 0 or self._task is None:
                     return deliveries
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
@@ -452,7 +445,7 @@ class PopService:
         self._wake_revive.set()
 
     # ---- revive --------------------------------------------------------------------------------------------
-    async def _revive_loop(self) -> None:
+    async def run(self) -> None:
         while True:
             try:
                 await asyncio.wait_for(self._wake_revive.wait(), REVIVE_INTERVAL_S)

@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any, Callable
 
+from broker.background import BackgroundService
 from broker.managers.persistence import ChangeJournal, open_json_file
 from broker.store.types import GetStatus
 from broker.timer.timed import TIMER_TOPIC, deliver_ms_of, restore_from_timer
@@ -43,8 +44,10 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class TimerMessageService:
+class TimerMessageService(BackgroundService):
     """Owned by the Broker (masters): ``load()`` before ``start()``, ``stop()`` before the store shuts down."""
+
+    task_name = "timer-delivery"
 
     def __init__(self, store: Any, config_dir: str, clock_ms: Callable[[], int] = _now_ms) -> None:
         self.store = store
@@ -61,7 +64,6 @@ class TimerMessageService:
         self._delivering: int | None = None
         self._full_warned = False
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
 
     @property
     def pending(self) -> int:
@@ -110,17 +112,8 @@ class TimerMessageService:
         self._journal.drop_through(segment)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="timer-delivery")
-
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await super().stop()
         self._snapshot()
         self._journal.close()
 
@@ -128,7 +121,7 @@ class TimerMessageService:
         if topic == TIMER_TOPIC:
             self._wake.set()
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while True:
             self._wake.clear()
             wait = MAX_IDLE_S
