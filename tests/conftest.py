@@ -164,6 +164,21 @@ def broker_factory(tmp_path):
         broker.stop()
 
 
+@pytest.fixture
+def grpc_broker_factory(broker_factory):
+    """`make(**extra)`: a started broker with its gRPC endpoint for 5.x SDKs on a free port (`grpc_port`, and
+    `endpoints` as SDKs take it); `extra` are more broker.conf keys."""
+
+    def make(**extra: object) -> BrokerProcess:
+        port = free_port()
+        broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **extra})
+        broker.grpc_port = port
+        broker.endpoints = f"127.0.0.1:{port}"
+        return broker
+
+    return make
+
+
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory):
     """One broker for a whole test module (tests use distinct topics/groups)."""

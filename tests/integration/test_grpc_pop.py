@@ -9,7 +9,6 @@ import time
 
 import grpc
 import pytest
-from conftest import free_port
 from google.protobuf import duration_pb2
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
@@ -17,7 +16,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .wire import WireClient, props, pull_records, send_v2_fields
+from .wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 TOPIC = "PopOrders"
 GROUP = "PopGroup"
@@ -32,18 +31,8 @@ def ms(value: int) -> duration_pb2.Duration:
 
 
 @pytest.fixture
-def pop_broker(broker_factory):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **FAST})
-    broker.grpc_port = port
-    return broker
-
-
-async def create_topic(addr: str, topic: str, queues: int = 2) -> None:
-    async with await WireClient.connect(addr) as client:
-        resp = await client.request(RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": str(queues),
-                                                                 "writeQueueNums": str(queues), "perm": "6"})
-        assert resp.code == R.SUCCESS, resp.remark
+def pop_broker(grpc_broker_factory):
+    return grpc_broker_factory(**FAST)
 
 
 async def create_group(addr: str, group: str, *, orderly: bool = False, retry_max_times: int = 16) -> None:
@@ -424,13 +413,12 @@ async def test_the_python_sdk_fifo_push_consumer_keeps_order_and_dead_letters_a_
     assert [r.body for r in dead] == [b"step 2"]
 
 
-async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(broker_factory, tmp_path):
+async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(grpc_broker_factory, tmp_path):
     from .test_acl_broker import APP, write_acl
     from .test_grpc_sdk import _signed
 
     write_acl(tmp_path / "plain_acl.yml", reports="PUB")
-    port = free_port()
-    broker_factory(extra={"aclEnable": "true", "enableGrpcProxy": "true", "grpcServerPort": port, **FAST})
+    port = grpc_broker_factory(aclEnable="true", **FAST).grpc_port
     app = _signed(*APP)
     sender = Pop(port, metadata=app)
     try:
@@ -519,10 +507,9 @@ async def test_consumer_settings_heartbeats_and_assignments(pop_broker):
         await pop.close()
 
 
-async def test_auto_renewed_deliveries_stay_invisible_while_their_client_lives(broker_factory):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **FAST,
-                                   "defaultInvisibleTimeMills": 1000, "renewAheadTimeMillis": 600})
+async def test_auto_renewed_deliveries_stay_invisible_while_their_client_lives(grpc_broker_factory):
+    broker = grpc_broker_factory(**FAST, defaultInvisibleTimeMills=1000, renewAheadTimeMillis=600)
+    port = broker.grpc_port
     await create_topic(broker.addr, TOPIC, queues=1)
     ids = await remoting_send(broker.addr, TOPIC, 2)
     holder = Pop(port, metadata=(("x-mq-client-id", "holder@1@1@abc"),))

@@ -10,31 +10,20 @@ import sys
 
 import grpc
 import pytest
-from conftest import free_port
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .wire import WireClient, pull_records
+from .wire import WireClient, create_topic, pull_records
 
 TOPIC = "GrpcOrders"
 
 
 @pytest.fixture
-def grpc_broker(broker_factory):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port})
-    broker.grpc_port = port
-    return broker
-
-
-async def _create_topic(addr: str, topic: str, queues: int = 2) -> None:
-    async with await WireClient.connect(addr) as client:
-        resp = await client.request(RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": str(queues),
-                                                                 "writeQueueNums": str(queues), "perm": "6"})
-        assert resp.code == R.SUCCESS, resp.remark
+def grpc_broker(grpc_broker_factory):
+    return grpc_broker_factory()
 
 
 SDK_PRODUCER = """
@@ -72,7 +61,7 @@ def _sdk_send(port: int, topic: str, count: int) -> list[tuple[str, int]]:
 
 
 async def test_a_5x_sdk_producer_sends_and_a_remoting_consumer_reads(grpc_broker):
-    await _create_topic(grpc_broker.addr, TOPIC)
+    await create_topic(grpc_broker.addr, TOPIC)
     receipts = await asyncio.wait_for(asyncio.to_thread(_sdk_send, grpc_broker.grpc_port, TOPIC, 6), 90)
     assert len(receipts) == 6 and len({m for m, _ in receipts}) == 6
     async with await WireClient.connect(grpc_broker.addr) as client:
@@ -88,7 +77,7 @@ async def test_a_5x_sdk_producer_sends_and_a_remoting_consumer_reads(grpc_broker
 
 
 async def test_routes_and_statuses(grpc_broker):
-    await _create_topic(grpc_broker.addr, TOPIC, queues=3)
+    await create_topic(grpc_broker.addr, TOPIC, queues=3)
     metadata = (("x-mq-client-id", "test@1@1@abc"),)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_broker.grpc_port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
@@ -131,12 +120,12 @@ def _signed(access_key: str, secret_key: str, client_id: str = "acl@1@1@abc") ->
                               f"Signature={signature}"))
 
 
-async def test_with_acl_requests_are_signed_and_sends_need_pub(broker_factory, tmp_path):
+async def test_with_acl_requests_are_signed_and_sends_need_pub(grpc_broker_factory, tmp_path):
     from .test_acl_broker import APP, write_acl
 
     write_acl(tmp_path / "plain_acl.yml")
-    port = free_port()
-    broker = broker_factory(extra={"aclEnable": "true", "enableGrpcProxy": "true", "grpcServerPort": port})
+    broker = grpc_broker_factory(aclEnable="true")
+    port = broker.grpc_port
     message = lambda topic, mid: spb.SendMessageRequest(messages=[pb.Message(  # noqa: E731
         topic=pb.Resource(name=topic), body=b"signed", system_properties=pb.SystemProperties(message_id=mid))])
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

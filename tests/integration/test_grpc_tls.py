@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import free_port
 
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -33,10 +32,9 @@ def _credentials(pki: Pki, *, client_cert: bool = False) -> grpc.ChannelCredenti
     return grpc.ssl_channel_credentials(root_certificates=pki.ca.read_bytes(), **chain)
 
 
-async def test_enforcing_serves_grpc_over_tls_only(broker_factory, pki):
-    port = free_port()
-    broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, "tlsMode": "enforcing",
-                          "tlsServerCertPath": pki.server_cert, "tlsServerKeyPath": pki.server_key})
+async def test_enforcing_serves_grpc_over_tls_only(grpc_broker_factory, pki):
+    port = grpc_broker_factory(tlsMode="enforcing", tlsServerCertPath=pki.server_cert,
+                             tlsServerKeyPath=pki.server_key).grpc_port
     async with grpc.aio.secure_channel(f"127.0.0.1:{port}", _credentials(pki)) as channel:
         assert await _heartbeat(channel) == pb.UNRECOGNIZED_CLIENT_TYPE  # an answer, over TLS (no Settings yet)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -45,11 +43,10 @@ async def test_enforcing_serves_grpc_over_tls_only(broker_factory, pki):
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_required_client_certificates_on_the_grpc_port(broker_factory, pki):
-    port = free_port()
-    broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, "tlsMode": "enforcing",
-                          "tlsServerCertPath": pki.server_cert, "tlsServerKeyPath": pki.server_key,
-                          "tlsServerTrustCertPath": pki.ca, "tlsServerNeedClientAuth": "require"})
+async def test_required_client_certificates_on_the_grpc_port(grpc_broker_factory, pki):
+    port = grpc_broker_factory(tlsMode="enforcing", tlsServerCertPath=pki.server_cert,
+                             tlsServerKeyPath=pki.server_key, tlsServerTrustCertPath=pki.ca,
+                             tlsServerNeedClientAuth="require").grpc_port
     async with grpc.aio.secure_channel(f"127.0.0.1:{port}", _credentials(pki, client_cert=True)) as channel:
         assert await _heartbeat(channel) == pb.UNRECOGNIZED_CLIENT_TYPE
     async with grpc.aio.secure_channel(f"127.0.0.1:{port}", _credentials(pki)) as channel:

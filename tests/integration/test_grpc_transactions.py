@@ -11,31 +11,16 @@ import sys
 import time
 
 import grpc
-from conftest import free_port
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .wire import WireClient, pull_records
+from .wire import WireClient, create_topic, pull_records
 
 
 METADATA = (("x-mq-client-id", "tx-test@1@1@abc"),)
-
-
-def _grpc_broker(broker_factory, **extra):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, **extra})
-    broker.grpc_port = port
-    return broker
-
-
-async def _create_topic(addr: str, topic: str, queues: int = 2) -> None:
-    async with await WireClient.connect(addr) as client:
-        resp = await client.request(RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": str(queues),
-                                                                 "writeQueueNums": str(queues), "perm": "6"})
-        assert resp.code == R.SUCCESS, resp.remark
 
 
 async def _visible(addr: str, topic: str, queues: int = 2) -> dict:
@@ -148,10 +133,10 @@ class _Sdk:
         assert self.proc.returncode == 0, err.decode(errors="replace")[-3000:]
 
 
-async def test_sdk_transaction_commit_is_visible_and_rollback_never(broker_factory):
-    broker = _grpc_broker(broker_factory)
+async def test_sdk_transaction_commit_is_visible_and_rollback_never(grpc_broker_factory):
+    broker = grpc_broker_factory()
     topic = "GrpcTxOrders"
-    await _create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic)
     sdk = await _Sdk.start(broker.grpc_port, topic, "resolve")
     result = await sdk.line("RESULT", 60)
     await sdk.finish()
@@ -171,10 +156,10 @@ async def test_sdk_transaction_commit_is_visible_and_rollback_never(broker_facto
         assert state["pending"] == [] and state["counters"]["commits"] == 1 and state["counters"]["rollbacks"] == 1
 
 
-async def test_an_unresolved_half_message_is_checked_over_telemetry_and_committed(broker_factory):
-    broker = _grpc_broker(broker_factory, transactionCheckInterval=500, transactionTimeOut=1000)
+async def test_an_unresolved_half_message_is_checked_over_telemetry_and_committed(grpc_broker_factory):
+    broker = grpc_broker_factory(transactionCheckInterval=500, transactionTimeOut=1000)
     topic = "GrpcTxOrphans"
-    await _create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic)
     sdk = await _Sdk.start(broker.grpc_port, topic, "orphan")
     try:
         message_id, _ = await sdk.line("SENT", 60)
@@ -195,11 +180,11 @@ def _message(topic: str, message_id: str, message_type: int, body: bytes = b"hal
         message_id=message_id, message_type=message_type, body_encoding=pb.IDENTITY, **system))
 
 
-async def test_end_transaction_statuses(broker_factory):
-    broker = _grpc_broker(broker_factory)
+async def test_end_transaction_statuses(grpc_broker_factory):
+    broker = grpc_broker_factory()
     topic, other = "GrpcTxRaw", "GrpcTxOther"
-    await _create_topic(broker.addr, topic)
-    await _create_topic(broker.addr, other)
+    await create_topic(broker.addr, topic)
+    await create_topic(broker.addr, other)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
 

@@ -8,7 +8,6 @@ import asyncio
 import time
 
 import grpc
-from conftest import free_port
 from google.protobuf import timestamp_pb2
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
@@ -16,20 +15,16 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .test_grpc_pop import Pop, collect, create_topic
-from .wire import WireClient, props, pull_records, send_v2_fields
+from .test_grpc_pop import Pop, collect
+from .wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 TOPIC = "Timed"
 CLIENT = (("x-mq-client-id", "timer-test@1@1@abc"),)
 
 
-def timer_broker(broker_factory, **extra):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port, "timerMaxDelaySec": 600,
-                                   "minInvisibleTimeMillsForRecv": 500,
-                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 100, **extra})
-    broker.grpc_port = port
-    return broker
+def timer_broker(grpc_broker_factory, **extra):
+    return grpc_broker_factory(timerMaxDelaySec=600, minInvisibleTimeMillsForRecv=500,
+                             grpcClientConsumerMinLongPollingTimeoutMillis=100, **extra)
 
 
 async def send_timed(addr: str, uniq: str, **timer: str) -> object:
@@ -51,8 +46,8 @@ async def arrivals(addr: str, want: set[str], timeout: float) -> dict[str, int]:
     return seen
 
 
-async def test_timed_messages_arrive_at_their_own_time_in_time_order(broker_factory):
-    broker = timer_broker(broker_factory)
+async def test_timed_messages_arrive_at_their_own_time_in_time_order(grpc_broker_factory):
+    broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=1)
     now = int(time.time() * 1000)
     sent = {"LATE": now + 2300, "EARLY": now + 900}  # stored late-first, due early-first
@@ -74,8 +69,8 @@ async def test_timed_messages_arrive_at_their_own_time_in_time_order(broker_fact
     assert far.code == R.MESSAGE_ILLEGAL and "timerMaxDelaySec" in far.remark
 
 
-async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(broker_factory):
-    broker = timer_broker(broker_factory)
+async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(grpc_broker_factory):
+    broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=1)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
@@ -112,8 +107,8 @@ async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(broker_fac
         await pop.close()
 
 
-async def test_a_kill_neither_loses_nor_repeats_timed_messages(broker_factory):
-    broker = timer_broker(broker_factory)
+async def test_a_kill_neither_loses_nor_repeats_timed_messages(grpc_broker_factory):
+    broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=1)
     for i in range(5):
         assert (await send_timed(broker.addr, f"SOON{i}", TIMER_DELAY_MS="300")).code == R.SUCCESS
@@ -130,10 +125,10 @@ async def test_a_kill_neither_loses_nor_repeats_timed_messages(broker_factory):
     assert sorted(stored) == sorted(seen)  # each exactly once
 
 
-async def test_the_project_client_sends_timed_messages(broker_factory):
+async def test_the_project_client_sends_timed_messages(grpc_broker_factory):
     from client import Message, Producer
 
-    broker = timer_broker(broker_factory)
+    broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=1)
     deliver_ms = int(time.time() * 1000) + 1200
     async with Producer("timed-producer", broker.namesrv_addr) as producer:
@@ -178,10 +173,10 @@ finally:
 """
 
 
-async def test_the_python_sdk_sends_recalls_and_receives_timed_messages(broker_factory):
+async def test_the_python_sdk_sends_recalls_and_receives_timed_messages(grpc_broker_factory):
     from .test_grpc_pop import _run_sdk
 
-    broker = timer_broker(broker_factory)
+    broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=2)
     out = await asyncio.to_thread(_run_sdk, SDK_TIMED, broker.grpc_port, TOPIC)
     assert out["recalled"] and out["recalled"] != out["kept"]

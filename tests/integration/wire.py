@@ -180,3 +180,11 @@ async def pull_records(client: WireClient, topic: str, queue_id: int, group: str
         assert following > offset, (resp.code, resp.remark, offset, following)
         offset = following
     raise AssertionError(f"draining {topic}:{queue_id} took more than {max_pulls} pulls")
+
+
+async def create_topic(addr: str, topic: str, queues: int = 2) -> None:
+    """UPDATE_AND_CREATE_TOPIC with `queues` read and write queues, perm 6."""
+    async with await WireClient.connect(addr) as client:
+        resp = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6"})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark

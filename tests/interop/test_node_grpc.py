@@ -21,11 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import time
 
 import pytest
-from integration.wire import WireClient, props, pull_records, send_v2_fields
+from integration.wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
@@ -34,39 +33,17 @@ pytestmark = pytest.mark.interop
 NODE_GRACE_S = 5  # on top of a script's own --timeout-ms before the process is killed
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture
+def grpc_broker(grpc_broker_factory):
+    return grpc_broker_factory()
 
 
 @pytest.fixture
-def grpc_broker(broker_factory):
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port})
-    broker.grpc_port = port
-    broker.endpoints = f"127.0.0.1:{port}"
-    return broker
-
-
-@pytest.fixture
-def fast_grpc_broker(broker_factory):
+def fast_grpc_broker(grpc_broker_factory):
     """The gRPC broker with the shortest receive invisible duration and long poll lowered (broker.conf keys of the
     reference proxy), so a test can let a handle expire in 3 s and see an empty receive in 0.5 s."""
-    port = free_port()
-    broker = broker_factory(extra={"enableGrpcProxy": "true", "grpcServerPort": port,
-                                   "minInvisibleTimeMillsForRecv": 1000,
-                                   "grpcClientConsumerMinLongPollingTimeoutMillis": 500})
-    broker.grpc_port = port
-    broker.endpoints = f"127.0.0.1:{port}"
-    return broker
-
-
-async def _create_topic(addr: str, topic: str, queues: int = 2) -> None:
-    async with await WireClient.connect(addr) as client:
-        resp = await client.request(RC.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": str(queues),
-                                                                 "writeQueueNums": str(queues), "perm": "6"})
-        assert resp.code == R.SUCCESS, resp.remark
+    return grpc_broker_factory(minInvisibleTimeMillsForRecv=1000,
+                             grpcClientConsumerMinLongPollingTimeoutMillis=500)
 
 
 async def _run_node(node_runtime, broker, script: str, timeout_s: float, *, home, **options) -> dict:
@@ -108,7 +85,7 @@ async def _stored(broker, topic: str, queues: int) -> list:
 
 async def test_node_producer_sends_and_a_remoting_pull_reads_tags_keys_and_ids(node_runtime, grpc_broker, tmp_path):
     topic, count = "NodeGrpcProduce", 10
-    await _create_topic(grpc_broker.addr, topic)
+    await create_topic(grpc_broker.addr, topic)
     summary = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
                               count=count, prefix="np")
     sent = summary["sent"]
@@ -171,7 +148,7 @@ async def test_node_simple_consumer_receives_acks_changes_invisibility_and_gets_
     changeInvisibleDuration(1 s): a new receipt handle, and back ~1 s later with deliveryAttempt 2; the 2nd is left
     alone and comes back after its 10 s invisible duration, not before, with deliveryAttempt 2."""
     topic, group = "NodeGrpcSimple", "node_grpc_simple"
-    await _create_topic(grpc_broker.addr, topic)
+    await create_topic(grpc_broker.addr, topic)
     sent = await _remoting_send(grpc_broker, topic, 6, "rs")
     summary = await _run_node(node_runtime, grpc_broker, "grpc_simple_consumer.js", 28, home=tmp_path,
                               topic=topic, group=group, expect=6, batch=16, await_ms=5000,
@@ -217,7 +194,7 @@ async def test_node_simple_consumer_with_a_tag_expression_gets_only_those_tags(n
     messages arrive (and are acked); the TagB ones never do."""
     broker = fast_grpc_broker
     topic, group = "NodeGrpcFilter", "node_grpc_filter"
-    await _create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic)
     produced = await _run_node(node_runtime, broker, "grpc_produce.js", 20, home=tmp_path, topic=topic, count=8,
                                prefix="tf")
     tag_a = {s["messageId"]: s for s in produced["sent"] if s["tag"] == "TagA"}
@@ -253,7 +230,7 @@ async def test_node_push_consumer_acks_everything_and_a_failed_message_comes_bac
     (ChangeInvisibleDuration with its backoff delay) and the broker delivers it again with deliveryAttempt 2.
     Every message is acked with status OK, and no acked message is delivered again."""
     topic, group, count = "NodeGrpcPush", "node_grpc_push", 8
-    await _create_topic(grpc_broker.addr, topic)
+    await create_topic(grpc_broker.addr, topic)
     produced = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
                                count=count, prefix="pp")
     sent = {s["messageId"]: s for s in produced["sent"]}
@@ -289,7 +266,7 @@ async def test_node_push_consumer_of_an_orderly_group_consumes_each_message_grou
     forwards it with ForwardMessageToDeadLetterQueue, and its group goes on in order. The message is then in
     %DLQ%<group>, read over remoting."""
     topic, group, count = "NodeGrpcFifo", "node_grpc_fifo", 12
-    await _create_topic(grpc_broker.addr, topic)
+    await create_topic(grpc_broker.addr, topic)
     await _create_group(grpc_broker.addr, group, orderly=True)
     produced = await _run_node(node_runtime, grpc_broker, "grpc_produce.js", 20, home=tmp_path, topic=topic,
                                count=count, prefix="fifo", message_groups="order-1,order-2")
@@ -337,7 +314,7 @@ async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_ba
     (INVALID_RECEIPT_HANDLE)."""
     broker = fast_grpc_broker
     topic, group, invisible_ms = "NodeGrpcFifoSimple", "node_grpc_fifo_simple", 3000
-    await _create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic)
     await _create_group(broker.addr, group, orderly=True)
     produced = await _run_node(node_runtime, broker, "grpc_produce.js", 20, home=tmp_path, topic=topic, count=6,
                                prefix="fs", message_groups="solo")
@@ -370,7 +347,7 @@ async def test_node_producer_transactions_and_timed_messages(node_runtime, grpc_
     """Node transactions: the committed message reaches the topic, the rolled-back one never; a timed message arrives
     at its time (not before), and one recalled before its time never does."""
     topic = "NodeGrpcTxTimed"
-    await _create_topic(grpc_broker.addr, topic)
+    await create_topic(grpc_broker.addr, topic)
     summary = await _run_node(node_runtime, grpc_broker, "grpc_transaction_delay.js", 20, home=tmp_path, topic=topic,
                               delay_ms=4000)
     transactions, timed = summary["transactions"], summary["timed"]
