@@ -18,8 +18,6 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from google.protobuf import duration_pb2
-
 from broker.acl.accounts import DENY, PUB, SUB, group_resource, unmap_ipv4
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
 from broker.grpc.consumer import ConsumerRpcs
@@ -196,8 +194,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             merged.publishing.validate_message_type = True
             merged.backoff_policy.max_attempts = 3
             backoff = merged.backoff_policy.exponential_backoff
-            backoff.initial.CopyFrom(duration_pb2.Duration(nanos=10_000_000))
-            backoff.max.CopyFrom(duration_pb2.Duration(seconds=1))
+            backoff.initial.CopyFrom(duration(10))
+            backoff.max.CopyFrom(duration(1000))
             backoff.multiplier = 2.0
         elif settings.WhichOneof("pub_sub") == "subscription":
             group = settings.subscription.group.name

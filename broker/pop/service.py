@@ -30,6 +30,7 @@ from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, ReceiptHandle
 from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
 from broker.store.types import GetStatus, message_from_record
 from protocol.codes import PERM_READ
+from protocol.json_body import as_int
 from protocol.message import MessageRecord, RecordError, iter_records
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,6 @@ class PopService(BackgroundService):
             return
         end = max(result.next_begin_offset, start)
         delivered: list[tuple[int, Inflight]] = []
-        finished: list[int] = []
         is_retry = topic != request.topic
         for buffer in result.buffers:
             for record in _records(buffer):
@@ -311,7 +311,7 @@ class PopService(BackgroundService):
         if request.fifo:
             progress.attempt_id = request.attempt_id
         if end > start or delivered:
-            self.state.log_pop(key, start, end, delivered, finished, request.attempt_id if request.fifo else "")
+            self.state.log_pop(key, start, end, delivered, request.attempt_id if request.fifo else "")
         self._commit(key, progress)
 
     def _pop_fifo_again(self, request: PopRequest, key: QueueKey, progress: QueueProgress, now: int,
@@ -340,7 +340,7 @@ class PopService(BackgroundService):
             redelivered.append((offset, renewed))
         progress.attempt_id = request.attempt_id
         if redelivered:
-            self.state.log_pop(key, progress.next_offset, progress.next_offset, redelivered, [], request.attempt_id)
+            self.state.log_pop(key, progress.next_offset, progress.next_offset, redelivered, request.attempt_id)
         self._commit(key, progress)
 
     def _delivery(self, request: PopRequest, record: MessageRecord, entry: Inflight, offset: int, queue_id: int,
@@ -350,8 +350,8 @@ class PopService(BackgroundService):
         origin_queue, origin_offset = queue_id, offset
         if is_retry:
             props = record.properties
-            origin_queue = _int(props.get(PROP_ORIGIN_QUEUE_ID), queue_id)
-            origin_offset = _int(props.get(PROP_ORIGIN_QUEUE_OFFSET), offset)
+            origin_queue = as_int(props.get(PROP_ORIGIN_QUEUE_ID), queue_id)
+            origin_offset = as_int(props.get(PROP_ORIGIN_QUEUE_OFFSET), offset)
         return Delivery(record, handle, entry.attempt, request.topic, origin_queue, origin_offset)
 
     def _commit(self, key: QueueKey, progress: QueueProgress) -> None:
@@ -537,13 +537,6 @@ def _tag_filter(request: PopRequest) -> Callable[[int], bool] | None:
 
 def _record_filter(request: PopRequest) -> Callable[[Any], bool] | None:
     return request.message_filter.record_filter if request.message_filter is not None else None
-
-
-def _int(text: str | None, default: int) -> int:
-    try:
-        return int(text) if text is not None else default
-    except ValueError:
-        return default
 
 
 def _now_ms() -> int:

@@ -148,9 +148,9 @@ class PopState:
         self._append({"r": list(key), "o": offset})
 
     def log_pop(self, key: QueueKey, start: int, end: int, delivered: list[tuple[int, Inflight]],
-                finished: list[int], attempt_id: str = "") -> None:
+                attempt_id: str = "") -> None:
         """Popped from `start` to `end` (offsets in between not delivered are finished), plus re-deliveries."""
-        self._append({"p": list(key), "s": start, "e": end, "x": finished, "a": attempt_id,
+        self._append({"p": list(key), "s": start, "e": end, "a": attempt_id,
                       "d": [entry.encode(offset) for offset, entry in delivered]})
 
     def log_finish(self, key: QueueKey, offsets: list[int]) -> None:
@@ -207,7 +207,6 @@ class PopState:
             start, end = int(record["s"]), int(record["e"])
             if end > start:
                 progress.skip_to(start, end, [o for o, _ in delivered])
-            progress.finish(int(o) for o in record.get("x") or ())
             if record.get("a"):
                 progress.attempt_id = str(record["a"])
             return

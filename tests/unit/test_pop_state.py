@@ -43,7 +43,7 @@ def test_the_journal_replays_to_the_same_state(tmp_path):
     for offset, entry in delivered:
         progress.inflight[offset] = entry
     progress.skip_to(0, 4, [0, 1, 3])
-    live.log_pop(KEY, 0, 4, delivered, [])
+    live.log_pop(KEY, 0, 4, delivered)
     progress.finish([1])
     live.log_finish(KEY, [1])
     entry = progress.inflight[3]
@@ -51,7 +51,7 @@ def test_the_journal_replays_to_the_same_state(tmp_path):
     live.log_update(KEY, 3, entry)
     other = live.add(("G2", "T", 1), 7)
     other.skip_to(7, 9, [])
-    live.log_pop(("G2", "T", 1), 7, 9, [], [])
+    live.log_pop(("G2", "T", 1), 7, 9, [])
     expected = _snapshot(live)
     with open(live._journal.segments()[-1][1], "ab") as f:
         f.write(b'{"f":["G","T",0],"o":[')  # a torn last line (killed mid-write) is skipped
@@ -67,7 +67,7 @@ def test_a_snapshot_replaces_the_journal(tmp_path):
     progress = state.add(KEY, 0)
     progress.inflight[0] = Inflight(1, 1, 1, 1)
     progress.skip_to(0, 1, [0])
-    state.log_pop(KEY, 0, 1, [(0, progress.inflight[0])], [])
+    state.log_pop(KEY, 0, 1, [(0, progress.inflight[0])])
     state.close()
     assert state._journal.segments() == []
     restored = PopState(str(tmp_path))
@@ -86,7 +86,7 @@ def test_background_snapshots_keep_later_records(tmp_path, monkeypatch):
         for offset in range(20):
             progress.inflight[offset] = Inflight(offset, 0, 1, 1)
             progress.skip_to(offset, offset + 1, [offset])
-            state.log_pop(KEY, offset, offset + 1, [(offset, progress.inflight[offset])], [])
+            state.log_pop(KEY, offset, offset + 1, [(offset, progress.inflight[offset])])
             state.maybe_snapshot()
             await asyncio.sleep(0)
             if offset % 2:
