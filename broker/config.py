@@ -16,7 +16,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from broker.errors import ConfigError
 from broker.store.delay_levels import parse_delay_levels
+from broker.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +40,6 @@ FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
-
-class ConfigError(ValueError):
-    """A broker.conf problem the operator must fix; the message names the key (and line when known)."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.detail = message
 
 
 def key_to_attr(key: str) -> str:
@@ -320,9 +313,7 @@ class BrokerConfig:
             raise ConfigError(f"a SLAVE needs brokerId > 0, got {self.broker_id}", "brokerId")
         for attr in ("listen_port", "namesrv_listen_port"):
             _check_port(self, attr, allow_zero=False)
-        from broker.tls import TlsSettings  # checks the TLS values (files are read at start-up)
-
-        TlsSettings.from_config(self)
+        TlsSettings.from_config(self)  # checks the TLS values (files are read at start-up)
         if self.ha_listen_port is not None:
             _check_port(self, "ha_listen_port", allow_zero=False)
         _check_port(self, "metrics_port", allow_zero=True)

@@ -15,7 +15,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from broker.config import ConfigError
+from broker.errors import ConfigError
 
 TLS_MODES = ("disabled", "permissive", "enforcing")
 CLIENT_AUTH_MODES = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
