@@ -52,16 +52,18 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
 class BrokerProcess:
     """The broker as a child process; output is drained by a thread so the pipe never blocks it."""
 
-    def __init__(self, conf_path: str, log_path: str, wrapper: str | None = None) -> None:
+    def __init__(self, conf_path: str, log_path: str, wrapper: str | None = None,
+                 entry: list[str] | None = None) -> None:
         self.conf_path = conf_path
         self.log_path = log_path
         self.wrapper = shlex.split(wrapper) if wrapper else []
+        self.entry = entry or ["-m", "broker"]  # what the interpreter runs: the broker, or a script wrapping it
         self.proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._log = None
 
     def start(self, timeout: float = BOOT_TIMEOUT_S) -> str:
-        cmd = self.wrapper + [sys.executable, "-m", "broker", "-c", self.conf_path, "-l", "WARNING"]
+        cmd = self.wrapper + [sys.executable, *self.entry, "-c", self.conf_path, "-l", "WARNING"]
         self._log = open(self.log_path, "a", encoding="utf-8")
         self._lines = queue.Queue()  # a restart must not see the previous process's end-of-output marker
         self.proc = subprocess.Popen(
@@ -114,7 +116,8 @@ class BrokerProcess:
             self.proc.wait(10)
 
 
-def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None) -> tuple[BrokerProcess, int]:
+def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None,
+                   entry: list[str] | None = None) -> tuple[BrokerProcess, int]:
     """Write workdir/broker.conf (store in workdir/store, two distinct free ports) and return the not yet started
     broker (logging to workdir/broker.log) with its embedded name server's port."""
     conf_path = os.path.join(workdir, "broker.conf")
@@ -122,4 +125,4 @@ def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None) -> t
     while namesrv_port == listen_port:
         namesrv_port = free_port()
     write_broker_conf(conf_path, os.path.join(workdir, "store"), listen_port, namesrv_port, commit_log_size)
-    return BrokerProcess(conf_path, os.path.join(workdir, "broker.log"), wrapper), namesrv_port
+    return BrokerProcess(conf_path, os.path.join(workdir, "broker.log"), wrapper, entry), namesrv_port

@@ -1,0 +1,244 @@
+"""Where a single send's round trip goes on this machine (issue 16): the floor under one-in-flight latency.
+
+    python bench/latency_floor.py [--messages N] [--rounds R] [--limit SECONDS] [--json]
+
+Three measurements, each printed as round trips per second, microseconds per round trip and the CPU that each side
+spent per round trip (from /proc), so wall time can be set beside the sum of both sides' CPU:
+
+  ping-pong   two Python processes, blocking sockets on 127.0.0.1, a 300-byte request and a 250-byte answer
+              (a send's sizes), N round trips: unpinned, both pinned to one CPU, pinned to two CPUs. Nothing but
+              the kernel, the scheduler and the interpreter's socket calls.
+  send        this project's client (`Producer.send`, one in flight, 128-byte body and a tag, on uvloop) against
+              the fixed-answer broker (bench/fixed_answer_broker.py: the real broker process whose send handlers
+              answer a prebuilt SUCCESS frame) and against the real broker (ASYNC_FLUSH), N/10... N sends each.
+  redis       redis-py (asyncio, hiredis) XADD one at a time against redis-server, when it is installed: the
+              issue's reference point, with the same CPU split.
+
+Rounds run the cases one after the other so that a slow moment of the machine hits all of them; medians are
+printed. Every loop is bounded by a count and --limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+from broker_process import REPO_ROOT, prepare_broker
+
+sys.path.insert(0, REPO_ROOT)
+
+from client import Producer  # noqa: E402
+
+from peer_servers import RedisServer  # noqa: E402
+from peer_workloads import redis_client, redis_single  # noqa: E402
+from phases import phase_single  # noqa: E402
+from profiling import process_cpu_seconds  # noqa: E402
+
+REQUEST = b"q" * 300
+ANSWER = b"a" * 250
+SOCKET_TIMEOUT_S = 10.0
+FIXED_ANSWER_ENTRY = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixed_answer_broker.py")]
+
+
+class Sample:
+    """One case in one round: round trips, wall seconds, CPU seconds of the requesting and the answering side."""
+
+    def __init__(self, count: int, seconds: float, client_cpu: float, server_cpu: float) -> None:
+        self.count = count
+        self.seconds = seconds
+        self.client_cpu = client_cpu
+        self.server_cpu = server_cpu
+
+    def per_trip_us(self, value: float) -> float:
+        return value / self.count * 1e6 if self.count else 0.0
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> None:
+    got = 0
+    while got < size:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("peer closed")
+        got += len(chunk)
+
+
+def ping_pong(count: int, limit_s: float, server_cpus: set[int] | None, client_cpus: set[int] | None) -> Sample:
+    """Blocking request/answer between this process (answering) and a forked child (asking)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the asking side
+        code = 0
+        try:
+            if client_cpus:
+                os.sched_setaffinity(0, client_cpus)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            cpu0, start = _own_cpu(), time.perf_counter()
+            deadline = start + limit_s
+            done = 0
+            while done < count:
+                sock.sendall(REQUEST)
+                _recv_exactly(sock, len(ANSWER))
+                done += 1
+                if not done & 255 and time.perf_counter() > deadline:
+                    break
+            seconds, cpu = time.perf_counter() - start, _own_cpu() - cpu0
+            sock.close()
+            os.write(report_w, json.dumps([done, seconds, cpu]).encode())
+        except BaseException:  # noqa: BLE001 - the child must never return into the caller's code
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(report_w)
+    try:
+        if server_cpus:
+            os.sched_setaffinity(0, server_cpus)
+        listener.settimeout(SOCKET_TIMEOUT_S)
+        conn, _ = listener.accept()
+        conn.settimeout(SOCKET_TIMEOUT_S)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        cpu0 = _own_cpu()
+        served = 0
+        while served < count:
+            try:
+                _recv_exactly(conn, len(REQUEST))
+            except ConnectionError:
+                break  # the asking side stopped at its deadline
+            conn.sendall(ANSWER)
+            served += 1
+        server_cpu = _own_cpu() - cpu0
+        conn.close()
+    finally:
+        listener.close()
+        _, status = os.waitpid(pid, 0)
+        os.sched_setaffinity(0, ALL_CPUS)
+    report = os.read(report_r, 4096)
+    os.close(report_r)
+    if status != 0 or not report:
+        raise RuntimeError("the ping-pong child failed")
+    done, seconds, client_cpu = json.loads(report)
+    return Sample(done, seconds, client_cpu, server_cpu)
+
+
+ALL_CPUS = os.sched_getaffinity(0)
+
+
+def ping_pong_cases() -> dict[str, tuple[set[int] | None, set[int] | None]]:
+    cpus = sorted(ALL_CPUS)
+    cases: dict[str, tuple[set[int] | None, set[int] | None]] = {"ping-pong, unpinned": (None, None),
+                                                                 "ping-pong, one CPU": ({cpus[0]}, {cpus[0]})}
+    if len(cpus) >= 2:
+        cases["ping-pong, two CPUs"] = ({cpus[0]}, {cpus[1]})
+    return cases
+
+
+async def broker_send(namesrv: str, broker_pid: int, topic: str, count: int, limit_s: float) -> Sample:
+    async with Producer("LatencyFloorProducer", namesrv, send_timeout=30.0) as producer:
+        cpu0, broker0 = _own_cpu(), process_cpu_seconds(broker_pid)
+        result = await phase_single(producer, topic, count, limit_s)
+        client_cpu, broker_cpu = _own_cpu() - cpu0, process_cpu_seconds(broker_pid) - broker0
+    # The warm-up send inside phase_single is counted in the CPU but not in the trips: one in thousands.
+    return Sample(result.messages, result.seconds, client_cpu, broker_cpu)
+
+
+async def redis_send(port: int, server_pid: int, count: int, limit_s: float) -> Sample:
+    client = await redis_client(port)
+    try:
+        await client.delete("bench-single")  # redis_single checks the stream's length against what it sent
+    finally:
+        await client.aclose()
+    cpu0, server0 = _own_cpu(), process_cpu_seconds(server_pid)
+    result = await redis_single(port, count, limit_s)
+    if "MISMATCH" in result.note:
+        raise RuntimeError(f"redis: {result.note}")
+    return Sample(result.messages, result.seconds, _own_cpu() - cpu0, process_cpu_seconds(server_pid) - server0)
+
+
+def summarize(name: str, samples: list[Sample]) -> dict:
+    rate = statistics.median(s.count / s.seconds for s in samples if s.seconds > 0)
+    client = statistics.median(s.per_trip_us(s.client_cpu) for s in samples)
+    server = statistics.median(s.per_trip_us(s.server_cpu) for s in samples)
+    return {"case": name, "round_trips_per_s": round(rate), "us_per_round_trip": round(1e6 / rate, 1),
+            "client_cpu_us": round(client, 1), "server_cpu_us": round(server, 1),
+            "cpu_sum_us": round(client + server, 1), "rounds": len(samples)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20000, help="round trips per case and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--limit", type=float, default=20.0, help="wall-clock limit per case and round (seconds)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    samples: dict[str, list[Sample]] = {}
+    workdir = tempfile.mkdtemp(prefix="rmq-latency-floor-")
+    brokers = {}
+    redis = None
+    try:
+        for name, entry in (("send, fixed-answer broker", FIXED_ANSWER_ENTRY), ("send, real broker", None)):
+            broker_dir = os.path.join(workdir, f"broker{len(brokers)}")
+            os.makedirs(broker_dir)
+            broker, namesrv_port = prepare_broker(broker_dir, 256 * 1024 * 1024, None, entry)
+            broker.start()
+            brokers[name] = (broker, f"127.0.0.1:{namesrv_port}")
+        if RedisServer.installed():
+            redis = RedisServer(workdir).start()
+        else:
+            print("redis-server not installed: the redis case is skipped", file=sys.stderr)
+        try:
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        except ImportError:  # pragma: no cover - uvloop is a dependency of the broker
+            loop_factory = None
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            for round_no in range(args.rounds):
+                for name, (server_cpus, client_cpus) in ping_pong_cases().items():
+                    samples.setdefault(name, []).append(ping_pong(args.messages, args.limit, server_cpus,
+                                                                  client_cpus))
+                for name, (broker, namesrv) in brokers.items():
+                    samples.setdefault(name, []).append(runner.run(broker_send(
+                        namesrv, broker.pid, f"LatencyFloor{round_no}", args.messages, args.limit)))
+                if redis is not None:
+                    samples.setdefault("redis XADD (redis-py, hiredis)", []).append(
+                        runner.run(redis_send(redis.port, redis.proc.pid, args.messages, args.limit)))
+                print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        for broker, _ in brokers.values():
+            broker.stop()
+        if redis is not None:
+            redis.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    rows = [summarize(name, found) for name, found in samples.items()]
+    print(f"\n{'case':<34} {'trips/s':>9} {'us/trip':>8} {'client CPU':>11} {'server CPU':>11} {'CPU sum':>8}  (us)")
+    for r in rows:
+        print(f"{r['case']:<34} {r['round_trips_per_s']:>9,} {r['us_per_round_trip']:>8} {r['client_cpu_us']:>11} "
+              f"{r['server_cpu_us']:>11} {r['cpu_sum_us']:>8}")
+    if args.json:
+        print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpus": sorted(ALL_CPUS),
+                          "messages": args.messages, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
