@@ -6,14 +6,17 @@ Three measurements, each printed as round trips per second, microseconds per rou
 spent per round trip (from /proc), so wall time can be set beside the sum of both sides' CPU:
 
   ping-pong   two Python processes, blocking sockets on 127.0.0.1, a 300-byte request and a 250-byte answer
-              (a send's sizes), N round trips: unpinned, both pinned to one CPU, pinned to two CPUs. Nothing but
-              the kernel, the scheduler and the interpreter's socket calls.
+              (a send's sizes), N round trips: nothing but the kernel, the scheduler and the interpreter's socket
+              calls.
   send        this project's client (`Producer.send`, one in flight, 128-byte body and a tag, on uvloop) against
               the fixed-answer broker (bench/fixed_answer_broker.py: the real broker process whose send handlers
-              answer a prebuilt SUCCESS frame) and against the real broker (ASYNC_FLUSH), N/10... N sends each.
+              answer a prebuilt SUCCESS frame) and against the real broker (ASYNC_FLUSH), N sends each.
   redis       redis-py (asyncio, hiredis) XADD one at a time against redis-server, when it is installed: the
               issue's reference point, with the same CPU split.
 
+Each case runs in three placements: unpinned (where the scheduler puts the two sides: on a 2-vCPU VM a pair that
+talks one message at a time settles either on one vCPU or on both, and stays so for a while), both sides pinned to
+one CPU, and one CPU each (the server's event-loop thread and this process's thread are pinned for the measurement).
 Rounds run the cases one after the other so that a slow moment of the machine hits all of them; medians are
 printed. Every loop is bounded by a count and --limit.
 """
@@ -141,13 +144,40 @@ def ping_pong(count: int, limit_s: float, server_cpus: set[int] | None, client_c
 ALL_CPUS = os.sched_getaffinity(0)
 
 
-def ping_pong_cases() -> dict[str, tuple[set[int] | None, set[int] | None]]:
+def placements() -> dict[str, tuple[set[int] | None, set[int] | None]]:
+    """(server CPUs, client CPUs) per placement: as the scheduler likes, both on one CPU, one CPU each."""
     cpus = sorted(ALL_CPUS)
-    cases: dict[str, tuple[set[int] | None, set[int] | None]] = {"ping-pong, unpinned": (None, None),
-                                                                 "ping-pong, one CPU": ({cpus[0]}, {cpus[0]})}
+    cases: dict[str, tuple[set[int] | None, set[int] | None]] = {"unpinned": (None, None),
+                                                                 "one CPU": ({cpus[0]}, {cpus[0]})}
     if len(cpus) >= 2:
-        cases["ping-pong, two CPUs"] = ({cpus[0]}, {cpus[1]})
+        cases["two CPUs"] = ({cpus[0]}, {cpus[1]})
     return cases
+
+
+class Pinned:
+    """Pin a server's event-loop thread (its main thread) and this process's thread for one measurement."""
+
+    def __init__(self, server_pid: int, server_cpus: set[int] | None, client_cpus: set[int] | None) -> None:
+        self.server_pid = server_pid
+        self.server_cpus = server_cpus
+        self.client_cpus = client_cpus
+        self._server_before: set[int] | None = None
+
+    def __enter__(self) -> "Pinned":
+        if self.server_cpus:
+            self._server_before = os.sched_getaffinity(self.server_pid)
+            os.sched_setaffinity(self.server_pid, self.server_cpus)
+        if self.client_cpus:
+            os.sched_setaffinity(0, self.client_cpus)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.sched_setaffinity(0, ALL_CPUS)
+        if self._server_before is not None:
+            try:
+                os.sched_setaffinity(self.server_pid, self._server_before)
+            except ProcessLookupError:
+                pass
 
 
 async def broker_send(namesrv: str, broker_pid: int, topic: str, count: int, limit_s: float) -> Sample:
@@ -194,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     brokers = {}
     redis = None
     try:
-        for name, entry in (("send, fixed-answer broker", FIXED_ANSWER_ENTRY), ("send, real broker", None)):
+        for name, entry in (("send, fixed-answer broker", FIXED_ANSWER_ENTRY), ("send, broker", None)):
             broker_dir = os.path.join(workdir, f"broker{len(brokers)}")
             os.makedirs(broker_dir)
             broker, namesrv_port = prepare_broker(broker_dir, 256 * 1024 * 1024, None, entry)
@@ -212,15 +242,17 @@ def main(argv: list[str] | None = None) -> int:
             loop_factory = None
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             for round_no in range(args.rounds):
-                for name, (server_cpus, client_cpus) in ping_pong_cases().items():
-                    samples.setdefault(name, []).append(ping_pong(args.messages, args.limit, server_cpus,
-                                                                  client_cpus))
-                for name, (broker, namesrv) in brokers.items():
-                    samples.setdefault(name, []).append(runner.run(broker_send(
-                        namesrv, broker.pid, f"LatencyFloor{round_no}", args.messages, args.limit)))
-                if redis is not None:
-                    samples.setdefault("redis XADD (redis-py, hiredis)", []).append(
-                        runner.run(redis_send(redis.port, redis.proc.pid, args.messages, args.limit)))
+                for placement, (server_cpus, client_cpus) in placements().items():
+                    samples.setdefault(f"ping-pong, {placement}", []).append(
+                        ping_pong(args.messages, args.limit, server_cpus, client_cpus))
+                    for name, (broker, namesrv) in brokers.items():
+                        with Pinned(broker.pid, server_cpus, client_cpus):
+                            samples.setdefault(f"{name}, {placement}", []).append(runner.run(broker_send(
+                                namesrv, broker.pid, f"LatencyFloor{round_no}", args.messages, args.limit)))
+                    if redis is not None:
+                        with Pinned(redis.proc.pid, server_cpus, client_cpus):
+                            samples.setdefault(f"redis XADD, {placement}", []).append(
+                                runner.run(redis_send(redis.port, redis.proc.pid, args.messages, args.limit)))
                 print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     finally:
         for broker, _ in brokers.values():
@@ -230,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     rows = [summarize(name, found) for name, found in samples.items()]
-    print(f"\n{'case':<34} {'trips/s':>9} {'us/trip':>8} {'client CPU':>11} {'server CPU':>11} {'CPU sum':>8}  (us)")
+    print(f"\n{'case':<38} {'trips/s':>9} {'us/trip':>8} {'client CPU':>11} {'server CPU':>11} {'CPU sum':>8}  (us)")
     for r in rows:
-        print(f"{r['case']:<34} {r['round_trips_per_s']:>9,} {r['us_per_round_trip']:>8} {r['client_cpu_us']:>11} "
+        print(f"{r['case']:<38} {r['round_trips_per_s']:>9,} {r['us_per_round_trip']:>8} {r['client_cpu_us']:>11} "
               f"{r['server_cpu_us']:>11} {r['cpu_sum_us']:>8}")
     if args.json:
         print(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpus": sorted(ALL_CPUS),
