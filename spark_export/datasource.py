@@ -147,13 +147,17 @@ def _spark_types(table: str) -> list[tuple[str, str]]:
 
 
 def _requested_arrow_schema(table: str, schema: StructType) -> pa.Schema:
-    """The Arrow schema for the columns Spark asks for (a user-given schema may list a subset, in any order)."""
+    """The Arrow schema for the columns Spark asks for (a user-given schema may list a subset, in any order, and
+    declare columns nullable that never are: Spark checks each batch against its own nullability)."""
     full = arrow_for(table)
     names = [f.name for f in schema.fields]
     unknown = [n for n in names if full.get_field_index(n) < 0]
     if unknown:
         raise ValueError(f"rocketmq table {table!r} has no column(s) {unknown}; columns: {full.names}")
-    return pa.schema([full.field(n) for n in names])
+    maybe_null = [f.name for f in schema.fields if not f.nullable and full.field(f.name).nullable]
+    if maybe_null:
+        raise ValueError(f"rocketmq table {table!r}: column(s) {maybe_null} can be null; declare them without NOT NULL")
+    return pa.schema([full.field(f.name).with_nullable(f.nullable) for f in schema.fields])
 
 
 @dataclass(frozen=True)

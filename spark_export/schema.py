@@ -1,7 +1,7 @@
 """Spark and Arrow schemas of the tables the `rocketmq` data source provides.
 
 The Arrow schemas must match the Spark DDL exactly (int32 for `int`, int64 for `long`, `timestamp[us, UTC]`
-for `timestamp`): Spark rejects a Python data source batch whose types differ.
+for `timestamp`, nullability included): Spark rejects a Python data source batch whose schema differs.
 """
 
 from __future__ import annotations
@@ -17,29 +17,32 @@ _TS = pa.timestamp("us", tz="UTC")
 _MAP = pa.map_(pa.string(), pa.string())
 
 # One row per commit-log record (every field of the record, plus the well-known properties pulled out).
+# Columns every record has are NOT NULL: Spark then skips a null check per value when it turns the Arrow batches
+# into rows (~10% of the JVM's CPU for an all-columns read). The body (include_body=false) and the properties
+# pulled out (absent in many records) can be null.
 MESSAGES_FIELDS: list[tuple[str, str, pa.DataType]] = [
-    ("topic", "string", pa.string()),
-    ("queue_id", "int", pa.int32()),
-    ("queue_offset", "long", pa.int64()),
-    ("commitlog_offset", "long", pa.int64()),
-    ("size", "int", pa.int32()),
-    ("magic", "int", pa.int32()),
+    ("topic", "string NOT NULL", pa.string()),
+    ("queue_id", "int NOT NULL", pa.int32()),
+    ("queue_offset", "long NOT NULL", pa.int64()),
+    ("commitlog_offset", "long NOT NULL", pa.int64()),
+    ("size", "int NOT NULL", pa.int32()),
+    ("magic", "int NOT NULL", pa.int32()),
     ("body", "binary", pa.binary()),
-    ("body_length", "int", pa.int32()),
-    ("body_crc", "int", pa.int32()),
-    ("compressed", "boolean", pa.bool_()),
-    ("flag", "int", pa.int32()),
-    ("sysflag", "int", pa.int32()),
+    ("body_length", "int NOT NULL", pa.int32()),
+    ("body_crc", "int NOT NULL", pa.int32()),
+    ("compressed", "boolean NOT NULL", pa.bool_()),
+    ("flag", "int NOT NULL", pa.int32()),
+    ("sysflag", "int NOT NULL", pa.int32()),
     ("tags", "string", pa.string()),
     ("keys", "string", pa.string()),
     ("uniq_key", "string", pa.string()),
-    ("properties", "map<string,string>", _MAP),
-    ("born_timestamp", "timestamp", _TS),
-    ("born_host", "string", pa.string()),
-    ("store_timestamp", "timestamp", _TS),
-    ("store_host", "string", pa.string()),
-    ("reconsume_times", "int", pa.int32()),
-    ("prepared_transaction_offset", "long", pa.int64()),
+    ("properties", "map<string,string> NOT NULL", _MAP),
+    ("born_timestamp", "timestamp NOT NULL", _TS),
+    ("born_host", "string NOT NULL", pa.string()),
+    ("store_timestamp", "timestamp NOT NULL", _TS),
+    ("store_host", "string NOT NULL", pa.string()),
+    ("reconsume_times", "int NOT NULL", pa.int32()),
+    ("prepared_transaction_offset", "long NOT NULL", pa.int64()),
     ("retry_topic", "string", pa.string()),
     ("real_topic", "string", pa.string()),
 ]
@@ -77,7 +80,8 @@ def _ddl(fields: list[tuple[str, str, pa.DataType]]) -> str:
 
 
 def _arrow(fields: list[tuple[str, str, pa.DataType]]) -> pa.Schema:
-    return pa.schema([pa.field(name, arrow_type) for name, _, arrow_type in fields])
+    return pa.schema([pa.field(name, arrow_type, nullable=not spark_type.endswith(" NOT NULL"))
+                      for name, spark_type, arrow_type in fields])
 
 
 MESSAGES_DDL = _ddl(MESSAGES_FIELDS)

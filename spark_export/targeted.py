@@ -21,7 +21,7 @@ from spark_export.pushdown import Pushdown, java_string_hash
 from spark_export.records import DEFAULT_BATCH_ROWS, Records
 from spark_export.store import StoreLayout, mapped
 
-__all__ = ["RecordSet", "consume_queue_offsets", "group_by_file", "known_topics", "read_records"]
+__all__ = ["RecordSet", "consume_queue_offsets", "sorted_unique", "group_by_file", "known_topics", "read_records"]
 
 _CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 _CQ_FILLER_SIZE = 0x7FFFFFFF
@@ -78,7 +78,16 @@ def consume_queue_offsets(layout: StoreLayout, topics: frozenset[str], push: Pus
         chunks.append(offset[:end][keep])
     if not chunks:
         return np.empty(0, np.int64)
-    return np.unique(np.concatenate(chunks))
+    return sorted_unique(np.concatenate(chunks))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending. np.unique hashes integer arrays first (numpy >= 2.3), ~5x slower than a sort
+    for the 10^5 consume-queue offsets of a topic, a cost the planning worker pays on every pushed query."""
+    values = np.sort(values)
+    if len(values) > 1:
+        values = values[np.concatenate(([True], values[1:] != values[:-1]))]
+    return values
 
 
 def _written_units(units: np.ndarray) -> int:

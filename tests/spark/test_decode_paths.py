@@ -136,6 +136,17 @@ def test_properties_map_matches_the_codec(tmp_path):
             assert got[column].to_pylist() == [p.get(name) for p in expected]
 
 
+def test_consume_queue_offsets_are_distinct_and_ascending():
+    """The planning dedup (a sort, not np.unique) keeps every offset once, in order, duplicates and all."""
+    from spark_export.targeted import sorted_unique
+
+    rng = np.random.default_rng(7)
+    for values in (np.empty(0, np.int64), np.array([5], np.int64), rng.integers(0, 50, 400),
+                   rng.integers(-(1 << 40), 1 << 40, 10_000)):
+        got = sorted_unique(values.astype(np.int64))
+        assert got.dtype == np.int64 and got.tolist() == sorted(set(values.tolist()))
+
+
 def test_planning_shares_the_data_and_covers_every_record(tmp_path):
     store = _write_store(tmp_path, 2500, 3)
     layout = open_store(str(store))

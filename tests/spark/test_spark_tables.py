@@ -180,6 +180,23 @@ def test_byte_range_splits_topics_option_and_pruned_schema(spark, broker_store, 
     assert raw and all(zlib.decompress(bytes(r.body)) == bytes(by_offset[r.commitlog_offset].body) for r in raw)
 
 
+def test_columns_every_record_has_are_not_null(spark, broker_store):
+    """NOT NULL columns (Spark skips their null checks) never hold a null; a user schema may still call them
+    nullable, but not declare NOT NULL a column that can be null."""
+    store = str(broker_store.store_dir)
+    df = spark.read.format("rocketmq").load(store)
+    required = [f.name for f in df.schema.fields if not f.nullable]
+    assert {"topic", "commitlog_offset", "properties", "store_host", "born_timestamp"} <= set(required)
+    assert {"body", "tags", "keys", "uniq_key", "retry_topic", "real_topic"}.isdisjoint(required)
+    nulls = df.select([F.count(F.when(F.col(c).isNull(), 1)).alias(c) for c in required]).collect()[0]
+    assert all(v == 0 for v in nulls) and df.count() > 1000
+    loose = spark.read.format("rocketmq").schema("topic string, tags string").load(store)
+    assert loose.schema["topic"].nullable and loose.count() == df.count()
+    assert spark.read.format("rocketmq").schema("topic string NOT NULL").load(store).count() == df.count()
+    with pytest.raises(Exception, match="can be null"):
+        spark.read.format("rocketmq").schema("topic string, tags string NOT NULL").load(store).collect()
+
+
 def test_not_a_store_fails_clearly(spark, tmp_path):
     with pytest.raises(Exception, match="not a RocketMQ store"):
         spark.read.format("rocketmq").load(str(tmp_path)).count()
