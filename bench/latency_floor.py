@@ -44,6 +44,7 @@ from client import Producer  # noqa: E402
 from peer_servers import RedisServer  # noqa: E402
 from peer_workloads import redis_client, redis_single  # noqa: E402
 from phases import phase_single  # noqa: E402
+from placement import ALL_CPUS, Pinned  # noqa: E402
 from profiling import process_cpu_seconds  # noqa: E402
 
 REQUEST = b"q" * 300
@@ -141,9 +142,6 @@ def ping_pong(count: int, limit_s: float, server_cpus: set[int] | None, client_c
     return Sample(done, seconds, client_cpu, server_cpu)
 
 
-ALL_CPUS = os.sched_getaffinity(0)
-
-
 def placements() -> dict[str, tuple[set[int] | None, set[int] | None]]:
     """(server CPUs, client CPUs) per placement: as the scheduler likes, both on one CPU, one CPU each."""
     cpus = sorted(ALL_CPUS)
@@ -152,32 +150,6 @@ def placements() -> dict[str, tuple[set[int] | None, set[int] | None]]:
     if len(cpus) >= 2:
         cases["two CPUs"] = ({cpus[0]}, {cpus[1]})
     return cases
-
-
-class Pinned:
-    """Pin a server's event-loop thread (its main thread) and this process's thread for one measurement."""
-
-    def __init__(self, server_pid: int, server_cpus: set[int] | None, client_cpus: set[int] | None) -> None:
-        self.server_pid = server_pid
-        self.server_cpus = server_cpus
-        self.client_cpus = client_cpus
-        self._server_before: set[int] | None = None
-
-    def __enter__(self) -> "Pinned":
-        if self.server_cpus:
-            self._server_before = os.sched_getaffinity(self.server_pid)
-            os.sched_setaffinity(self.server_pid, self.server_cpus)
-        if self.client_cpus:
-            os.sched_setaffinity(0, self.client_cpus)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.sched_setaffinity(0, ALL_CPUS)
-        if self._server_before is not None:
-            try:
-                os.sched_setaffinity(self.server_pid, self._server_before)
-            except ProcessLookupError:
-                pass
 
 
 async def broker_send(namesrv: str, broker_pid: int, topic: str, count: int, limit_s: float) -> Sample:

@@ -24,22 +24,22 @@ async def redis_client(port: int):
     return client
 
 
-async def redis_single(port: int, count: int, limit_s: float) -> PhaseResult:
-    """XADD awaited one at a time (unpipelined)."""
+async def redis_single(port: int, count: int, limit_s: float, stream: str = "bench-single") -> PhaseResult:
+    """XADD awaited one at a time (unpipelined) to a stream that must not exist yet."""
     client = await redis_client(port)
     try:
-        await client.xadd("bench-single", {"body": BODY, "tag": TAG})
+        await client.xadd(stream, {"body": BODY, "tag": TAG})
         start = time.perf_counter()
         deadline = start + limit_s
         xadd = client.xadd
         sent = 0
         while sent < count:
-            await xadd("bench-single", {"body": BODY, "tag": TAG})
+            await xadd(stream, {"body": BODY, "tag": TAG})
             sent += 1
             if not sent & 255 and time.perf_counter() > deadline:
                 break
         seconds = time.perf_counter() - start
-        stored = await client.xlen("bench-single") - 1
+        stored = await client.xlen(stream) - 1
     finally:
         await client.aclose()
     note = "XADD, 1 in flight" + ("" if stored == sent else f" COUNT MISMATCH: stored {stored}, sent {sent}")

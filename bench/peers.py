@@ -9,6 +9,9 @@ temporary data directory and stopped at the end. A peer that is not installed is
 
 Workloads (128-byte body, tag TagA; counts as bench/run.py):
   single     one send in flight, N/10 messages             ours vs Redis XADD (target >= 1.0x), NATS, RabbitMQ
+  single1    the same with both sides pinned to one CPU (the server's event-loop thread and the bench): unpinned, a
+             one-at-a-time pair lands on one vCPU or on two as the scheduler likes, and the figure follows
+             (bench/placement.py); ours vs Redis XADD
   pipelined  1,000 sends in flight, N messages             ours vs RabbitMQ confirms (>= 8x), NATS JetStream (>= 2x)
   batch      256 per batch / pipeline, 4 in flight, 2N     ours vs Redis pipelined XADD (>= 1.5x)
   consume    everything `batch` stored, one listener call per message (RocketMQ's defaults: pull batch 32, 20
@@ -42,6 +45,7 @@ from peer_workloads import (
     redis_single,
 )
 from phases import BODY, TAG, phase_batch, phase_pipelined, phase_single
+from placement import Pinned, one_cpu
 from profiling import process_cpu_seconds
 from pull_phases import phase_push
 from results import PhaseResult
@@ -51,6 +55,7 @@ from client import Message, Producer
 # (our workload, peer, peer workload, minimum ratio ours/peer)
 TARGETS = [
     ("single", "redis", "single", 1.0),
+    ("single1", "redis", "single1", 1.0),
     ("consume", "redis", "consume", 1.0),
     ("consume32", "redis", "consume", 1.5),
     ("pipelined", "rabbitmq", "pipelined", 8.0),
@@ -76,6 +81,8 @@ async def run_ours(namesrv: str, args, broker_pid: int) -> dict[str, PhaseResult
 
     async with Producer("BenchPeersProducer", namesrv, send_timeout=30.0) as producer:
         await measured("single", phase_single(producer, f"PeerSingle{stamp}", max(1, n // 10), args.limit))
+        with Pinned(broker_pid, one_cpu(), one_cpu()):
+            await measured("single1", phase_single(producer, f"PeerSingle{stamp}", max(1, n // 10), args.limit))
         await measured("pipelined", phase_pipelined(producer, f"PeerPipe{stamp}", n, args.limit, 1000))
         topic = f"PeerBatch{stamp}"
         await producer.send(Message(topic, BODY, tags=TAG))
@@ -90,13 +97,17 @@ async def run_ours(namesrv: str, args, broker_pid: int) -> dict[str, PhaseResult
     return results
 
 
-async def run_peer(name: str, port: int, args) -> dict[str, PhaseResult]:
+async def run_peer(name: str, port: int, pid: int, args) -> dict[str, PhaseResult]:
     n = args.messages
     single_n = max(1, n // 10)
     if name == "redis":
         batch = await redis_batch(port, "bench-batch", 2 * n, args.limit, 256, 4)
+        single = await redis_single(port, single_n, args.limit, "bench-single")
+        with Pinned(pid, one_cpu(), one_cpu()):
+            single1 = await redis_single(port, single_n, args.limit, "bench-single1")
         return {
-            "single": await redis_single(port, single_n, args.limit),
+            "single": single,
+            "single1": single1,
             "batch": batch,
             "consume": await redis_consume(port, "bench-batch", batch.messages, args.limit, 32),
         }
@@ -110,7 +121,7 @@ async def run_peer(name: str, port: int, args) -> dict[str, PhaseResult]:
 def print_comparison(ours: dict[str, PhaseResult], peers: dict[str, dict[str, PhaseResult]]) -> list[dict]:
     names = list(peers)
     print(f"\n{'workload':<10} {'ours':>10}" + "".join(f" {p:>10}" for p in names) + "   (msgs/s)")
-    for workload in ("single", "pipelined", "batch", "consume", "consume32"):
+    for workload in ("single", "single1", "pipelined", "batch", "consume", "consume32"):
         row = f"{workload:<10} {ours[workload].rate:>10,.0f}" if workload in ours else f"{workload:<10} {'-':>10}"
         key = "consume" if workload == "consume32" else workload
         for p in names:
@@ -160,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 server.start()
                 with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                    peers[name] = runner.run(bounded(run_peer(name, server.port, args), PEER_BOUND_S))
+                    peers[name] = runner.run(bounded(run_peer(name, server.port, server.proc.pid, args),
+                                                     PEER_BOUND_S))
                 for workload, r in peers[name].items():
                     print(f"  {name} {workload:<10} {r.rate:>10,.0f} msgs/s  {r.note}", file=sys.stderr, flush=True)
             finally:
