@@ -28,7 +28,7 @@ _templates: dict[int, ResponseTemplate] = {}
 _offsets = itertools.count()
 
 
-def _fixed_answer(_self: SendProcessor, _channel: object, cmd: RemotingCommand) -> bytes:
+def _fixed_answer(_channel: object, cmd: RemotingCommand) -> bytes:
     template = _templates.get(cmd.serialize_type)
     if template is None:
         template = _templates[cmd.serialize_type] = ResponseTemplate(
@@ -39,8 +39,7 @@ def _fixed_answer(_self: SendProcessor, _channel: object, cmd: RemotingCommand) 
 
 
 def _handlers(self: SendProcessor) -> dict[int, object]:
-    return {RequestCode.SEND_MESSAGE: lambda ch, cmd: _fixed_answer(self, ch, cmd),
-            RequestCode.SEND_MESSAGE_V2: lambda ch, cmd: _fixed_answer(self, ch, cmd),
+    return {RequestCode.SEND_MESSAGE: _fixed_answer, RequestCode.SEND_MESSAGE_V2: _fixed_answer,
             RequestCode.SEND_BATCH_MESSAGE: self.send_batch_message}
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, REPO_ROOT)
 from client import Producer  # noqa: E402
 
 from peer_servers import RedisServer  # noqa: E402
-from peer_workloads import redis_client, redis_single  # noqa: E402
+from peer_workloads import redis_single  # noqa: E402
 from phases import phase_single  # noqa: E402
 from placement import ALL_CPUS, Pinned  # noqa: E402
 from profiling import process_cpu_seconds  # noqa: E402
@@ -161,14 +161,9 @@ async def broker_send(namesrv: str, broker_pid: int, topic: str, count: int, lim
     return Sample(result.messages, result.seconds, client_cpu, broker_cpu)
 
 
-async def redis_send(port: int, server_pid: int, count: int, limit_s: float) -> Sample:
-    client = await redis_client(port)
-    try:
-        await client.delete("bench-single")  # redis_single checks the stream's length against what it sent
-    finally:
-        await client.aclose()
+async def redis_send(port: int, server_pid: int, stream: str, count: int, limit_s: float) -> Sample:
     cpu0, server0 = _own_cpu(), process_cpu_seconds(server_pid)
-    result = await redis_single(port, count, limit_s)
+    result = await redis_single(port, count, limit_s, stream)
     if "MISMATCH" in result.note:
         raise RuntimeError(f"redis: {result.note}")
     return Sample(result.messages, result.seconds, _own_cpu() - cpu0, process_cpu_seconds(server_pid) - server0)
@@ -224,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                     if redis is not None:
                         with Pinned(redis.proc.pid, server_cpus, client_cpus):
                             samples.setdefault(f"redis XADD, {placement}", []).append(
-                                runner.run(redis_send(redis.port, redis.proc.pid, args.messages, args.limit)))
+                                runner.run(redis_send(redis.port, redis.proc.pid,
+                                                      f"latency-floor-{round_no}-{placement}",
+                                                      args.messages, args.limit)))
                 print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     finally:
         for broker, _ in brokers.values():

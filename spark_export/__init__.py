@@ -14,9 +14,9 @@ __all__ = ["register", "RocketMQDataSource", "package_zip"]
 
 def register(spark) -> None:
     """Register the `rocketmq` data source on a SparkSession."""
-    from spark_export.datasource import RocketMQDataSource
+    from spark_export.datasource import register as register_source
 
-    spark.dataSource.register(RocketMQDataSource)
+    register_source(spark)
 
 
 def __getattr__(name: str):

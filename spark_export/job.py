@@ -154,7 +154,7 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
     local = (master or spark.sparkContext.master or "").startswith("local")
     if "spark_export" not in shipped and ".zip" not in __file__ and not local:
         spark.sparkContext.addPyFile(stable_package_zip())  # executors elsewhere: ship the package
-    from spark_export import register
+    from spark_export.datasource import register  # the module, not the package: no import circle
 
     register(spark)
     return spark

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from broker.log_limit import RateLimitedLog  # a leaf module (stdlib only), not a higher floor
 from protocol.properties import decode_properties
 
-from . import recovery
+from .recovery import SCHEDULE_TOPIC, schedule_tags_code
 from .commit_log import CommitLog
 from .consume_queue import UNIT_SIZE, ConsumeQueue
 from .flush import FlushService
@@ -102,7 +102,7 @@ class MessageAppender:
                 log.exception("message arrival listener failed")
 
     def _schedule_tags(self, m: MessageToStore, store_ts: int) -> int:
-        return recovery.schedule_tags_code(decode_properties(m.properties_text()), m.queue_id, store_ts,
+        return schedule_tags_code(decode_properties(m.properties_text()), m.queue_id, store_ts,
                                            self.delay_levels_ms)
 
     @staticmethod
@@ -191,11 +191,11 @@ class MessageAppender:
         # -- dispatch: consume queue
         if cq is not None:  # files were reserved above: this cannot fail on a full disk
             if count == 1:
-                tags = first.tags_code if topic != recovery.SCHEDULE_TOPIC else self._schedule_tags(first, now)
+                tags = first.tags_code if topic != SCHEDULE_TOPIC else self._schedule_tags(first, now)
                 cq.append(phys_list[0], sizes[0], tags)
             else:
                 tags = [m.tags_code for m in msgs]
-                if topic == recovery.SCHEDULE_TOPIC:
+                if topic == SCHEDULE_TOPIC:
                     tags = [self._schedule_tags(m, now) for m in msgs]
                 cq.append_many(phys_list, sizes, tags)
         else:
@@ -234,7 +234,7 @@ class MessageAppender:
         if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or self.config.replica
                 or m.sys_flag & _TRAN_MASK not in _DISPATCHED_TRAN_TYPES
                 or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
-                or m.keys or cur is None or topic == recovery.SCHEDULE_TOPIC
+                or m.keys or cur is None or topic == SCHEDULE_TOPIC
                 or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq._cur.allocated_position):
             return self._append([m])
         props = m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes

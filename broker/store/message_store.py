@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record
 
-from . import recovery
+from .recovery import recover, redispatch
 from .append import ArrivalListener, MessageAppender
 from .checkpoint import StoreCheckpoint
 from .commit_log import CommitLog
@@ -102,7 +102,7 @@ class MessageStore(MessageAppender):
             self._load_consume_queues()
             if self.index is not None:
                 self.index.load()
-            recovery.recover(self, abnormal)
+            recover(self, abnormal)
             self.tombstones.prune(self.commit_log.min_offset)
             self.last_store_timestamp = max(self.checkpoint.physic_msg_timestamp, 0)
             self.checkpoint.confirm_phy_offset = 0  # only valid right after a clean shutdown
@@ -477,7 +477,7 @@ class MessageStore(MessageAppender):
             dispatched = cl.max_offset if cl.mfq.files else offset
         cl.append_raw(offset, data)
         end = cl.max_offset
-        recovery._redispatch(self, dispatched, end)
+        redispatch(self, dispatched, end)
         last = dispatched
         for mf, pos, size in cl.iter_record_positions(dispatched, end):
             last = mf.file_from_offset + pos + size

@@ -28,7 +28,7 @@ from protocol.message import (
 )
 from protocol.properties import decode_properties
 
-from . import log_scan
+import broker.store.log_scan as log_scan  # the module itself (tests spy on it), not the package
 from .consume_queue import FILLER_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,12 +96,12 @@ def recover(store: MessageStore, abnormal: bool) -> None:
         redispatch_from = uncovered
     redispatched = 0
     if redispatch_from is not None and redispatch_from < end:
-        redispatched, again_from = _redispatch(store, redispatch_from, end, find_gaps=True,
+        redispatched, again_from = redispatch(store, redispatch_from, end, find_gaps=True,
                                                verified_from=verified_from)
         if again_from is not None:
             log.warning("recovery: consume queues miss records from before offset %d: re-building them from "
                         "offset %d", redispatch_from, min(again_from, redispatch_from))
-            redispatched += _redispatch(store, min(again_from, redispatch_from), end)[0]
+            redispatched += redispatch(store, min(again_from, redispatch_from), end)[0]
     cl_min = cl.min_offset
     for cq in store.iter_consume_queues():
         cq.correct_min_offset(cl_min)
@@ -249,7 +249,7 @@ _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
 
 
-def _redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False,
+def redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False,
                 verified_from: int | None = None) -> tuple[int, int | None]:
     """Re-build CQ units and index entries for records in [start, end) that are missing; returns how many CQ
     units were written and, with ``find_gaps``, the offset to start again from when a queue misses records from

@@ -296,7 +296,7 @@ async def test_clean_restart_with_intact_queues_redispatches_nothing(tmp_path, m
     def no_redispatch(*args):
         raise AssertionError("nothing is missing: no re-dispatch")
 
-    monkeypatch.setattr(recovery, "_redispatch", no_redispatch)
+    monkeypatch.setattr(recovery, "redispatch", no_redispatch)
     store = open_store(tmp_path)
     monkeypatch.undo()
     assert_all_pullable(store, sent)
