@@ -2,12 +2,15 @@
 
     python bench/latency_floor.py [--messages N] [--rounds R] [--limit SECONDS] [--json]
 
-Three measurements, each printed as round trips per second, microseconds per round trip and the CPU that each side
+Four measurements, each printed as round trips per second, microseconds per round trip and the CPU that each side
 spent per round trip (from /proc), so wall time can be set beside the sum of both sides' CPU:
 
   ping-pong   two Python processes, blocking sockets on 127.0.0.1, a 300-byte request and a 250-byte answer
               (a send's sizes), N round trips: nothing but the kernel, the scheduler and the interpreter's socket
               calls.
+  event loop  the same exchange between two uvloop processes: an asyncio Protocol that answers each request, and
+              one that writes a request and awaits a future its data_received resolves (the shape of this
+              project's client and broker with nothing else in them): what uvloop adds to the ping-pong.
   send        this project's client (`Producer.send`, one in flight, 128-byte body and a tag, on uvloop) against
               the fixed-answer broker (bench/fixed_answer_broker.py: the real broker process whose send handlers
               answer a prebuilt SUCCESS frame) and against the real broker (ASYNC_FLUSH), N sends each.
@@ -31,6 +34,7 @@ import resource
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -142,6 +146,105 @@ def ping_pong(count: int, limit_s: float, server_cpus: set[int] | None, client_c
     return Sample(done, seconds, client_cpu, server_cpu)
 
 
+class _Answering(asyncio.Protocol):
+    """The event-loop ping-pong's server side: one ANSWER per REQUEST-sized chunk received."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.pending = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.pending += len(data)
+        while self.pending >= len(REQUEST):
+            self.pending -= len(REQUEST)
+            self.transport.write(ANSWER)
+
+
+class _Asking(asyncio.Protocol):
+    """The event-loop ping-pong's client side: resolves `waiter` once a whole ANSWER has arrived."""
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future | None = None
+        self.received = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received >= len(ANSWER) and self.waiter is not None and not self.waiter.done():
+            self.received -= len(ANSWER)
+            self.waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("the answering side closed"))
+
+
+def serve_answers(limit_s: float) -> None:
+    """The answering side of the event-loop ping-pong (run as `latency_floor.py --serve-answers`): uvloop, one
+    connection on a free loopback port written to stdout; returns when that connection closes or after limit_s."""
+    import uvloop
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        closed = loop.create_future()
+
+        class Answering(_Answering):
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not closed.done():
+                    closed.set_result(None)
+
+        server = await loop.create_server(Answering, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        try:
+            await asyncio.wait_for(closed, limit_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            server.close()
+
+    uvloop.run(serve())
+
+
+async def event_loop_ping_pong(count: int, limit_s: float, server_cpus: set[int] | None,
+                               client_cpus: set[int] | None) -> Sample:
+    """REQUEST/ANSWER between this process's event loop and a uvloop server process: one in flight."""
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve-answers", "--limit",
+                               str(limit_s + 2 * SOCKET_TIMEOUT_S)], stdout=subprocess.PIPE, text=True)
+    loop = asyncio.get_running_loop()
+    try:
+        port = int(await asyncio.wait_for(loop.run_in_executor(None, server.stdout.readline), SOCKET_TIMEOUT_S))
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(_Asking, "127.0.0.1", port), SOCKET_TIMEOUT_S)
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        async def exchange(n: int, deadline: float) -> int:
+            done = 0
+            while done < n:
+                protocol.waiter = loop.create_future()
+                transport.write(REQUEST)
+                await asyncio.wait_for(protocol.waiter, SOCKET_TIMEOUT_S)
+                done += 1
+                if not done & 255 and time.perf_counter() > deadline:
+                    break
+            return done
+
+        await exchange(min(1000, count), time.perf_counter() + limit_s)  # warm-up
+        with Pinned(server.pid, server_cpus, client_cpus):
+            cpu0, server0, start = _own_cpu(), process_cpu_seconds(server.pid), time.perf_counter()
+            done = await exchange(count, start + limit_s)
+            seconds, cpu = time.perf_counter() - start, _own_cpu() - cpu0
+            server_cpu = process_cpu_seconds(server.pid) - server0
+        transport.close()
+        await loop.run_in_executor(None, server.wait, SOCKET_TIMEOUT_S)  # it stops when the connection closes
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return Sample(done, seconds, cpu, server_cpu)
+
+
 def placements() -> dict[str, tuple[set[int] | None, set[int] | None]]:
     """(server CPUs, client CPUs) per placement: as the scheduler likes, both on one CPU, one CPU each."""
     cpus = sorted(ALL_CPUS)
@@ -184,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limit", type=float, default=20.0, help="wall-clock limit per case and round (seconds)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve-answers", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_answers:
+        serve_answers(args.limit)
+        return 0
 
     samples: dict[str, list[Sample]] = {}
     workdir = tempfile.mkdtemp(prefix="rmq-latency-floor-")
@@ -212,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 for placement, (server_cpus, client_cpus) in placements().items():
                     samples.setdefault(f"ping-pong, {placement}", []).append(
                         ping_pong(args.messages, args.limit, server_cpus, client_cpus))
+                    samples.setdefault(f"event loop, {placement}", []).append(runner.run(
+                        event_loop_ping_pong(args.messages, args.limit, server_cpus, client_cpus)))
                     for name, (broker, namesrv) in brokers.items():
                         with Pinned(broker.pid, server_cpus, client_cpus):
                             samples.setdefault(f"{name}, {placement}", []).append(runner.run(broker_send(
