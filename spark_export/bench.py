@@ -304,8 +304,8 @@ def _run(args, work: Path) -> int:
     def no_match():
         return fresh().where("topic = 'BenchTopic3' AND queue_id = 9").groupBy("tags").count().collect()
 
-    # The same query reading a few rows (the first 50 of each of its two queues): the per-query cost once read tasks run and the
-    # aggregation's second stage has rows, i.e. the floor of any pushed query that finds something.
+    # The same query reading 100 rows (the first 50 of each of the topic's two queues): the per-query cost once read
+    # tasks run and the aggregation's second stage has rows, the floor of any pushed query that finds something.
     def few_rows():
         return fresh().where("topic = 'BenchTopic3' AND queue_offset < 50").groupBy("tags").count().collect()
 
