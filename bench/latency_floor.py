@@ -214,7 +214,10 @@ async def event_loop_ping_pong(count: int, limit_s: float, server_cpus: set[int]
                                str(limit_s + 2 * SOCKET_TIMEOUT_S)], stdout=subprocess.PIPE, text=True)
     loop = asyncio.get_running_loop()
     try:
-        port = int(await asyncio.wait_for(loop.run_in_executor(None, server.stdout.readline), SOCKET_TIMEOUT_S))
+        line = await asyncio.wait_for(loop.run_in_executor(None, server.stdout.readline), SOCKET_TIMEOUT_S)
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the event-loop ping-pong's answering side did not start (it wrote {line!r})")
+        port = int(line)
         transport, protocol = await asyncio.wait_for(
             loop.create_connection(_Asking, "127.0.0.1", port), SOCKET_TIMEOUT_S)
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -242,6 +245,7 @@ async def event_loop_ping_pong(count: int, limit_s: float, server_cpus: set[int]
         if server.poll() is None:
             server.kill()
             server.wait()
+        server.stdout.close()
     return Sample(done, seconds, cpu, server_cpu)
 
 
