@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from broker.config import ConfigError
+from broker.errors import ConfigError
 from broker.grpc.service import MessagingService
 from broker.tls import TlsSettings
 from protocol.grpc import service_pb2_grpc

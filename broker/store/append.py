@@ -103,7 +103,7 @@ class MessageAppender:
 
     def _schedule_tags(self, m: MessageToStore, store_ts: int) -> int:
         return schedule_tags_code(decode_properties(m.properties_text()), m.queue_id, store_ts,
-                                           self.delay_levels_ms)
+                                  self.delay_levels_ms)
 
     @staticmethod
     def _index_general(index: IndexService, topic: str, msgs: list[MessageToStore], phys_list: list[int],

@@ -97,7 +97,7 @@ def recover(store: MessageStore, abnormal: bool) -> None:
     redispatched = 0
     if redispatch_from is not None and redispatch_from < end:
         redispatched, again_from = redispatch(store, redispatch_from, end, find_gaps=True,
-                                               verified_from=verified_from)
+                                              verified_from=verified_from)
         if again_from is not None:
             log.warning("recovery: consume queues miss records from before offset %d: re-building them from "
                         "offset %d", redispatch_from, min(again_from, redispatch_from))
@@ -250,7 +250,7 @@ _LONG = struct.Struct(">q")
 
 
 def redispatch(store: MessageStore, start: int, end: int, find_gaps: bool = False,
-                verified_from: int | None = None) -> tuple[int, int | None]:
+               verified_from: int | None = None) -> tuple[int, int | None]:
     """Re-build CQ units and index entries for records in [start, end) that are missing; returns how many CQ
     units were written and, with ``find_gaps``, the offset to start again from when a queue misses records from
     before ``start`` (those records are then left for that second pass instead of being filled over).
