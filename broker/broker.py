@@ -150,7 +150,9 @@ class Broker:
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
-        self.acl_validator, self.acl_watcher, request_guard = _build_acl(config)
+        # One Authorizer decides for every protocol (remoting guard, gRPC, web console); None when ACL is off.
+        self.acl_validator, self.acl_watcher, request_guard = _build_acl(config, self.store)
+        self.authorizer = self.acl_validator.authorizer if self.acl_validator is not None else None
         # One TLS mode and context for every port too; a missing or bad cert file raises ConfigError here.
         self.tls = TlsSettings.from_config(config)
         self.ssl_context = self.tls.server_context()
@@ -467,12 +469,14 @@ class Broker:
                 log.exception("persisting consumer offsets failed")
 
 
-def _build_acl(config: BrokerConfig) -> tuple[Any, Any, Any]:
-    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None).
+def _build_acl(config: BrokerConfig, records: Any) -> tuple[Any, Any, Any]:
+    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None); ``records`` (the
+    store) finds the topic of a record that a request names by its commit-log offset.
     An unreadable or invalid aclFile raises ConfigError naming the key and the file."""
     if not config.acl_enable:
         return None, None, None
     from broker.acl.accounts import AclFileError, load_acl_file
+    from broker.acl.authorizer import Authorizer
     from broker.acl.validator import AclValidator
     from broker.acl.watcher import AclFileWatcher
     from broker.config import ConfigError
@@ -482,6 +486,6 @@ def _build_acl(config: BrokerConfig) -> tuple[Any, Any, Any]:
         accounts = load_acl_file(path)
     except AclFileError as exc:
         raise ConfigError(f"key 'aclFile': {exc}", "aclFile") from None
-    validator = AclValidator(accounts)
+    validator = AclValidator(Authorizer(accounts, time_tolerance_s=float(config.acl_time_tolerance_seconds)), records)
     log.info("ACL on: %d account(s) from %s", len(accounts.accounts), path)
     return validator, AclFileWatcher(path, validator.update), validator.request_guard()

@@ -186,6 +186,8 @@ class BrokerConfig:
     # plain ACL (broker/acl): off by default
     acl_enable: bool = False
     acl_file: str | None = None  # None -> plain_acl.yml beside broker.conf (see load_broker_config)
+    # how far a gRPC signature's x-mq-date-time may be from this broker's clock before it counts as expired
+    acl_time_tolerance_seconds: int = 900
     access_key: str | None = None  # project keys: this broker's admin account, signs REGISTER_BROKER/UNREGISTER_BROKER
     secret_key: str | None = None  # ... to name servers that have ACL on
     # transactions
@@ -352,6 +354,7 @@ class BrokerConfig:
             "default_invisible_time_mills",
             "renew_ahead_time_millis",
             "renew_max_time_millis",
+            "acl_time_tolerance_seconds",
         ):
             if getattr(self, attr) <= 0:
                 raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_str  # C escaper, keeps non-ASCII raw
 from typing import Mapping
 
@@ -68,6 +68,9 @@ class RemotingCommand:
     ext_fields: dict[str, object] | None = None
     body: bytes = b""
     serialize_type: int = JSON
+    # The request read into its typed form (a header class, or a body for body-only requests), set once by
+    # protocol.requests.read_request: the authorizer and the handler use this same object.
+    header: object = field(default=None, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

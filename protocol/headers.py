@@ -598,6 +598,24 @@ class DeleteTopicFromNamesrvRequestHeader(Header):
     cluster_name = F("clusterName", str)
 
 
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (307): the broker forwards it to one consumer of the group."""
+
+    consumer_group = F("consumerGroup", str)
+    client_id = F("clientId", str)
+    jstack_enable = F("jstackEnable", bool, default=False)
+
+
+class ConsumeMessageDirectlyRequestHeader(Header):
+    """CONSUME_MESSAGE_DIRECTLY (309): one stored message (``msgId``, an offset message id) to one consumer."""
+
+    consumer_group = F("consumerGroup", str)
+    client_id = F("clientId", str)
+    msg_id = F("msgId", str, default="")
+    broker_name = F("brokerName", str)
+    topic = F("topic", str)
+
+
 class DeleteSubscriptionGroupRequestHeader(Header):
     group_name = F("groupName", str, required=True)
     clean_offset = F("cleanOffset", bool, default=False)

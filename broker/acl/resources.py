@@ -1,31 +1,40 @@
-"""What each request code needs: the topics/groups and the permission on each, and which codes are admin-only.
+"""What each remoting request needs: the topics and groups it names or reaches, read from its typed form.
 
-Follows the reference's 4.x table (acl-and-tls.md §4.2/§4.3) with its 5.x fix for batch sends (320 checked like
-310) and one deliberate tightening: a send to a retry topic ``%RETRY%g`` needs SUB on group g (the retry topic *is*
-the group's resource key), for codes 10 and 310 alike, instead of the reference's producer-group quirk.
-Fields are read from the raw extFields (both the short names of SEND_MESSAGE_V2 and the long ones).
+The resources come from the object ``protocol.requests.read_request`` made of the request, the very object its
+handler acts on, so the two cannot read a field differently. Requests that reach a record by its commit-log offset
+(VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK, END_TRANSACTION, CONSUME_MESSAGE_DIRECTLY) need a permission on the
+topic of the record at that offset, found through ``RecordTopics`` (the store), not on a topic the caller names.
+
+Follows the reference's 4.x table (acl-and-tls.md §4.2/§4.3) with its 5.x fix for batch sends and these
+tightenings: a send to a retry topic ``%RETRY%g`` needs SUB on group g (the retry topic *is* the group's resource);
+every request that reads or changes a group's offsets, locks, consumers or statistics needs SUB on the group (and
+on the topic it names); a topic's offsets and statistics need PUB or SUB on it; whole-broker listings and the
+broker's configuration are admin-only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from broker.acl.accounts import PUB, RETRY_GROUP_PREFIX, SUB, group_resource
+from broker.acl.authorizer import ANY_ACCESS, Needs
 from protocol.codes import RequestCode
+from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "TRACE_TOPIC", "Needs", "needed_resources"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "RecordTopics", "needed_resources"]
 
-Needs = list[tuple[str, int]]  # (resource, PUB or SUB); groups as "%RETRY%<group>"
-
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-
-# Admin-only on the broker: the reference's five, plus this project's RESEND_DLQ_MESSAGE (writes into any topic) and
-# CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message).
+# Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
+# CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
+# and configuration (every topic's and group's configs and offsets, the delay offsets, the runtime figures, the
+# open transactions): a non-admin account names its own topics and groups instead.
 ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.RESEND_DLQ_MESSAGE, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+    RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_BROKER_CONFIG, RequestCode.GET_BROKER_RUNTIME_INFO,
+    RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_PENDING_TRANSACTIONS,
 })
 
 # Name-server codes that change routes or name-server state: only an admin account's signed request may use them
@@ -36,92 +45,171 @@ NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.UPDATE_NAMESRV_CONFIG,
 })
 
-
-def _text(fields: Mapping[str, Any], *names: str) -> str | None:
-    for name in names:
-        value = fields.get(name)
-        if value is not None and value != "":
-            return value if isinstance(value, str) else str(value)
-    return None
+_PROP_REAL_TOPIC = "REAL_TOPIC"
 
 
-def _send_needs(topic: str | None) -> Needs:
-    if topic is None:
-        return []
-    if topic.startswith(RETRY_GROUP_PREFIX):
-        return [(topic, SUB)]  # a retry topic is its group's resource
-    return [(topic, PUB)]
+class RecordTopics(Protocol):
+    """The store's answer to "which topic does the record at this commit-log offset belong to"."""
+
+    def look_record(self, phys_offset: int) -> Any:
+        """The decoded record (``.topic``, ``.properties``) or None."""
 
 
-def _send(fields: Mapping[str, Any], _body: bytes) -> Needs:
-    return _send_needs(_text(fields, "topic"))
+def _topic_resource(topic: str, perm: int) -> tuple[str, int]:
+    # A retry topic is its group's resource; reading or writing it needs SUB on the group.
+    return (topic, SUB) if topic.startswith(RETRY_GROUP_PREFIX) else (topic, perm)
 
 
-def _send_v2(fields: Mapping[str, Any], _body: bytes) -> Needs:
-    return _send_needs(_text(fields, "b", "topic"))
+def _send(request: Any, _records: RecordTopics | None) -> Needs:
+    return [_topic_resource(request.topic, PUB)]
 
 
-def _group_and_topic(fields: Mapping[str, Any], _body: bytes) -> Needs:
+def _pull(request: Any, _records: RecordTopics | None) -> Needs:
+    return _group_topic(request.consumer_group, request.topic)
+
+
+def _group_topic(group: str | None, topic: str | None) -> Needs:
     needs: Needs = []
-    topic = _text(fields, "topic")
-    if topic is not None:
+    if topic:
         needs.append((topic, SUB))
-    group = _text(fields, "consumerGroup")
-    if group is not None and group_resource(group) != topic:
+    if group and group_resource(group) != topic:
         needs.append((group_resource(group), SUB))
     return needs
 
 
-def _topic_sub(fields: Mapping[str, Any], _body: bytes) -> Needs:
-    topic = _text(fields, "topic")
-    return [(topic, SUB)] if topic is not None else []
-
-
-def _group_field(name: str) -> Callable[[Mapping[str, Any], bytes], Needs]:
-    def needs(fields: Mapping[str, Any], _body: bytes) -> Needs:
-        group = _text(fields, name)
-        return [(group_resource(group), SUB)] if group is not None else []
+def _group_and_topic(group_attr: str) -> Callable[[Any, RecordTopics | None], Needs]:
+    def needs(request: Any, _records: RecordTopics | None) -> Needs:
+        return _group_topic(getattr(request, group_attr), request.topic)
     return needs
 
 
-def _heart_beat(_fields: Mapping[str, Any], body: bytes) -> Needs:
-    """SUB on each consumer group and on each subscribed topic; producers are not checked. ValueError if the
-    body does not decode (the request is then refused with that message, as in the reference)."""
-    if not body:
-        return []
-    from protocol.bodies import HeartbeatData
+def _group_only(group_attr: str) -> Callable[[Any, RecordTopics | None], Needs]:
+    def needs(request: Any, _records: RecordTopics | None) -> Needs:
+        group = getattr(request, group_attr)
+        return [(group_resource(group), SUB)] if group else []
+    return needs
 
-    data = HeartbeatData.decode(bytes(body))
+
+def _topic_any(request: Any, _records: RecordTopics | None) -> Needs:
+    return [(request.topic, ANY_ACCESS)]
+
+
+def _topic_sub(request: Any, _records: RecordTopics | None) -> Needs:
+    return [(request.topic, SUB)]
+
+
+def _record_needs(records: RecordTopics | None, offset: int | None, perm: int, real_topic: bool = False) -> Needs:
+    """The permission on the topic of the record at ``offset`` (its real topic for a half message). An offset with
+    no record there needs nothing: the handler answers "not found" and reveals no topic."""
+    if records is None or offset is None or offset < 0:
+        return []
+    record = records.look_record(offset)
+    if record is None:
+        return []
+    topic = record.topic
+    if real_topic:
+        topic = record.properties.get(_PROP_REAL_TOPIC) or topic
+    return [_topic_resource(topic, perm)]
+
+
+def _view_message(request: Any, records: RecordTopics | None) -> Needs:
+    return _record_needs(records, request.offset, SUB)
+
+
+def _send_back(request: Any, records: RecordTopics | None) -> Needs:
+    """SUB on the group, and SUB on the topic of the record being sent back: the record is copied into the group's
+    retry topic, from where the group reads it."""
+    needs = [(group_resource(request.group), SUB)] if request.group else []
+    for need in _record_needs(records, request.offset, SUB):
+        if need not in needs:
+            needs.append(need)
+    return needs
+
+
+def _end_transaction(request: Any, records: RecordTopics | None) -> Needs:
+    """PUB on the half message's real topic: a commit publishes it there."""
+    return _record_needs(records, request.commit_log_offset, PUB, real_topic=True)
+
+
+def _consume_directly(request: Any, records: RecordTopics | None) -> Needs:
+    needs = [(group_resource(request.consumer_group), SUB)] if request.consumer_group else []
+    try:
+        _, _, offset = decode_offset_msg_id(request.msg_id or "")
+    except ValueError:
+        return needs
+    return needs + _record_needs(records, offset, SUB)
+
+
+def _heart_beat(request: Any, _records: RecordTopics | None) -> Needs:
+    """SUB on each consumer group and on each subscribed topic; producers are not checked (the reference's rule:
+    a producer group names no resource)."""
     needs: Needs = []
-    for consumer in data.consumers:
+    for consumer in request.consumers:
         if consumer.group_name:
             needs.append((group_resource(consumer.group_name), SUB))
         for subscription in consumer.subscriptions:
             if subscription.topic:
-                needs.append((subscription.topic, SUB))
+                needs.append(_topic_resource(subscription.topic, SUB))
     return needs
 
 
-_RESOLVERS: dict[int, Callable[[Mapping[str, Any], bytes], Needs]] = {
+def _lock_batch(request: Any, _records: RecordTopics | None) -> Needs:
+    needs: Needs = [(group_resource(request.consumer_group), SUB)] if request.consumer_group else []
+    for queue in request.mq_set:
+        need = _topic_resource(queue.topic, SUB)
+        if need not in needs:
+            needs.append(need)
+    return needs
+
+
+def _check_client(request: Any, _records: RecordTopics | None) -> Needs:
+    sub = request.subscription_data
+    return _group_topic(request.group or None, sub.topic if sub is not None else None)
+
+
+def _unregister(request: Any, _records: RecordTopics | None) -> Needs:
+    return [(group_resource(request.consumer_group), SUB)] if request.consumer_group else []
+
+
+_RESOLVERS: dict[int, Callable[[Any, RecordTopics | None], Needs]] = {
     RequestCode.SEND_MESSAGE: _send,
     RequestCode.SEND_REPLY_MESSAGE: _send,
-    RequestCode.SEND_MESSAGE_V2: _send_v2,
-    RequestCode.SEND_REPLY_MESSAGE_V2: _send_v2,
-    RequestCode.SEND_BATCH_MESSAGE: _send_v2,
-    RequestCode.CONSUMER_SEND_MSG_BACK: _group_field("group"),
-    RequestCode.PULL_MESSAGE: _group_and_topic,
-    RequestCode.LITE_PULL_MESSAGE: _group_and_topic,
+    RequestCode.SEND_MESSAGE_V2: _send,
+    RequestCode.SEND_REPLY_MESSAGE_V2: _send,
+    RequestCode.SEND_BATCH_MESSAGE: _send,
+    RequestCode.PULL_MESSAGE: _pull,
+    RequestCode.LITE_PULL_MESSAGE: _pull,
     RequestCode.QUERY_MESSAGE: _topic_sub,
+    RequestCode.VIEW_MESSAGE_BY_ID: _view_message,
+    RequestCode.CONSUMER_SEND_MSG_BACK: _send_back,
+    RequestCode.END_TRANSACTION: _end_transaction,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY: _consume_directly,
     RequestCode.HEART_BEAT: _heart_beat,
-    RequestCode.UNREGISTER_CLIENT: _group_field("consumerGroup"),
-    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_field("consumerGroup"),
-    RequestCode.UPDATE_CONSUMER_OFFSET: _group_and_topic,
+    RequestCode.UNREGISTER_CLIENT: _unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_only("consumer_group"),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _group_only("consumer_group"),
+    RequestCode.GET_CONSUMER_RUNNING_INFO: _group_only("consumer_group"),
+    RequestCode.QUERY_CONSUMER_OFFSET: _group_and_topic("consumer_group"),
+    RequestCode.UPDATE_CONSUMER_OFFSET: _group_and_topic("consumer_group"),
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _group_and_topic("group"),
+    RequestCode.GET_CONSUME_STATS: _group_and_topic("consumer_group"),
+    RequestCode.LOCK_BATCH_MQ: _lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: _lock_batch,
+    RequestCode.CHECK_CLIENT_CONFIG: _check_client,
+    RequestCode.GET_MAX_OFFSET: _topic_any,
+    RequestCode.GET_MIN_OFFSET: _topic_any,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _topic_any,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: _topic_any,
+    RequestCode.GET_TOPIC_STATS_INFO: _topic_any,
 }
 
+RESOURCE_CODES: frozenset[int] = frozenset(int(code) for code in _RESOLVERS)
 
-def needed_resources(code: int, ext_fields: Mapping[str, Any] | None, body: bytes) -> Needs:
-    """The (resource, permission) pairs request ``code`` needs; [] when authentication alone is enough."""
+
+def needed_resources(code: int, request: Any, records: RecordTopics | None = None) -> Needs:
+    """The (resource, permission) pairs request ``code`` needs, from its typed form ``request``; [] when
+    authentication alone is enough (or, for an admin-only code, the admin check)."""
     resolve = _RESOLVERS.get(code)
-    if resolve is None:
+    if resolve is None or request is None:
         return []
-    return resolve(ext_fields or {}, body)
+    return resolve(request, records)

@@ -1,11 +1,12 @@
-"""AclValidator: the per-request decision of the plain ACL, in the reference's order (acl-and-tls.md §4.1).
+"""AclValidator: the remoting protocol's front to the one Authorizer.
 
-1. client IP in globalWhiteRemoteAddresses: accept; 2. no AccessKey: refuse; 3. unknown AccessKey: refuse;
-4. IP matches the account's whiteRemoteAddress: accept; 5. bad signature: refuse; 6. a message-trace send: accept;
-7. admin code and not admin: refuse; 8-10. every needed topic/group permission, else refuse.
+Per request, in the reference's order (acl-and-tls.md §4.1): authenticate (white lists, AccessKey, signature);
+read the request once (``protocol.requests.read_request``, the object its handler will use); find what it needs
+(broker/acl/resources.py); let the Authorizer decide (admin-only codes, the trace-topic exemption, permissions).
 
 A refusal is ``(ResponseCode.SYSTEM_ERROR, remark)``: code 1 as the reference answers (clients expect it), the remark
-naming what was denied and why. ``request_guard`` adapts the validator to ``RemotingServer``'s hook.
+naming what was denied and why; a request that cannot be read is answered INVALID_PARAMETER. ``request_guard``
+adapts the validator to ``RemotingServer``'s hook.
 """
 
 from __future__ import annotations
@@ -14,23 +15,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from broker.acl.accounts import (
-    DENY,
-    RETRY_GROUP_PREFIX,
-    AclConfig,
-    permission_text,
-    unmap_ipv4,
-)
-from broker.acl.resources import (
-    ADMIN_CODES,
-    NAMESRV_ADMIN_CODES,
-    TRACE_TOPIC,
-    needed_resources,
-)
+from broker.acl.accounts import AclConfig
+from broker.acl.authorizer import REMARK_PREFIX, Authorizer
+from broker.acl.resources import ADMIN_CODES, NAMESRV_ADMIN_CODES, RecordTopics, needed_resources
 from broker.log_limit import RateLimitedLog
-from protocol.acl_signature import ACCESS_KEY, signature_matches
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from protocol.headers import HeaderError
+from protocol.requests import read_request
 
 __all__ = ["REMARK_PREFIX", "AclValidator", "Refusal"]
 
@@ -38,11 +30,6 @@ log = logging.getLogger(__name__)
 _refusals = RateLimitedLog(log)
 
 Refusal = tuple[int, str]
-REMARK_PREFIX = "AclException: "
-_UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
-_V4_9_3 = 399  # clients up to 4.9.3 do not sign _UNIQUE_KEY_QUERY; later ones do (the 5.x broker's rule)
-_NO_EXCLUSION: tuple[str, ...] = ()
-_UNIQUE_KEY_EXCLUSION = (_UNIQUE_KEY_QUERY,)
 
 
 def _refuse(message: str) -> Refusal:
@@ -50,78 +37,57 @@ def _refuse(message: str) -> Refusal:
 
 
 class AclValidator:
-    """Checks requests against the current AclConfig (replaced whole by ``update`` on reload)."""
+    """Checks remoting requests with ``authorizer``; ``records`` (the store) finds the topic of a record named by
+    its commit-log offset."""
 
-    def __init__(self, config: AclConfig, admin_codes: frozenset[int] = ADMIN_CODES) -> None:
-        self.config = config
+    def __init__(self, authorizer: Authorizer | AclConfig, records: RecordTopics | None = None,
+                 admin_codes: frozenset[int] = ADMIN_CODES) -> None:
+        self.authorizer = authorizer if isinstance(authorizer, Authorizer) else Authorizer(authorizer)
+        self.records = records
         self.admin_codes = admin_codes
 
+    @property
+    def config(self) -> AclConfig:
+        return self.authorizer.config
+
     def update(self, config: AclConfig) -> None:
-        self.config = config  # one reference swap: a request sees the old or the new accounts, never a mix
+        self.authorizer.update(config)
 
     # ---- the decision ---------------------------------------------------------------------------
     def verify(self, cmd: RemotingCommand, remote_host: str) -> Refusal | None:
         """None when ``cmd`` from ``remote_host`` may run; else (response code, remark)."""
-        config = self.config
-        ip = unmap_ipv4(remote_host)
-        if config.global_white and config.globally_white(ip):
+        authorizer = self.authorizer
+        principal, refusal = authorizer.authenticate_remoting(cmd.ext_fields, cmd.body, cmd.version, remote_host,
+                                                                f"request code={cmd.code}")
+        if principal is None:
+            return _refuse(refusal)
+        if principal.unchecked:
             return None
-        account, refusal, white_listed = self._authenticate(config, cmd, ip)
-        if account is None:
-            return refusal
-        if white_listed:
-            return None  # the account's whiteRemoteAddress: no signature, no admin or permission check (§4.1 step 4)
+        what = f"request code={cmd.code}"
+        admin_only = cmd.code in self.admin_codes
+        if admin_only and not principal.admin:  # refused before its fields are even read
+            return _refuse(authorizer.decide(principal, [], admin_only=True, what=what))
         try:
-            needs = needed_resources(cmd.code, cmd.ext_fields, cmd.body)
-        except ValueError as exc:
-            return _refuse(f"cannot read the resources of request code={cmd.code}: {exc}")
-        if any(resource == TRACE_TOPIC and perm & 4 for resource, perm in needs):
-            return None  # message-trace sends are always allowed (4.9.4+)
-        if cmd.code in self.admin_codes and not account.admin:
-            return _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={account.access_key} is not")
-        if not needs or account.unrestricted_admin:
-            return None
-        for resource, needed in needs:
-            owned = account.permission_for(resource)
-            if owned & DENY or not owned & needed:
-                kind, name = ("group", resource[len(RETRY_GROUP_PREFIX):]) if resource.startswith(RETRY_GROUP_PREFIX) \
-                    else ("topic", resource)
-                return _refuse(f"No {permission_text(needed)} permission for {kind}:{name}, accessKey="
-                               f"{account.access_key} has {permission_text(owned)}")
-        return None
+            request = read_request(cmd)
+        except HeaderError as exc:
+            return ResponseCode.INVALID_PARAMETER, str(exc)
+        needs = needed_resources(cmd.code, request, self.records)
+        refusal = authorizer.decide(principal, needs, admin_only=admin_only, what=what)
+        return None if refusal is None else _refuse(refusal)
 
     def verify_admin(self, cmd: RemotingCommand, remote_host: str) -> Refusal | None:
         """For the name server's route-changing codes: a globally white-listed IP, or an admin account that is
         white-listed for this IP or signed the request. Other codes pass."""
         if cmd.code not in NAMESRV_ADMIN_CODES:
             return None
-        config = self.config
-        ip = unmap_ipv4(remote_host)
-        if config.global_white and config.globally_white(ip):
-            return None
-        account, refusal, _ = self._authenticate(config, cmd, ip)
-        if account is None:
-            return refusal
-        if not account.admin:  # here white-listing only spares an admin account its signature
-            return _refuse(f"Need admin permission for request code={cmd.code}, but accessKey={account.access_key} is not")
+        principal, refusal = self.authorizer.authenticate_remoting(cmd.ext_fields, cmd.body, cmd.version,
+                                                                    remote_host, f"request code={cmd.code}")
+        if principal is None:
+            return _refuse(refusal)
+        if principal.account is not None and not principal.account.admin:
+            # here white-listing only spares an admin account its signature
+            return _refuse(f"Need admin permission for request code={cmd.code}, but {principal} is not")
         return None
-
-    def _authenticate(self, config: AclConfig, cmd: RemotingCommand, ip: str) -> tuple[Any, Refusal | None, bool]:
-        """(account, None, white-listed?) when the account is known and white-listed or signed;
-        (None, refusal, False) otherwise."""
-        fields = cmd.ext_fields
-        access_key = fields.get(ACCESS_KEY) if fields else None
-        if access_key is None:
-            return None, _refuse(f"No accessKey is configured (request code={cmd.code} from {ip} is not signed)"), False
-        account = config.accounts.get(access_key) if isinstance(access_key, str) else None
-        if account is None:
-            return None, _refuse(f"No acl config for {access_key} (unknown accessKey)"), False
-        if account.white_address(ip):
-            return account, None, True
-        exclude = _UNIQUE_KEY_EXCLUSION if cmd.version <= _V4_9_3 and _UNIQUE_KEY_QUERY in fields else _NO_EXCLUSION
-        if not signature_matches(account.secret_key, fields, cmd.body, exclude):
-            return None, _refuse(f"Check signature failed for accessKey={access_key}"), False
-        return account, None, False
 
     # ---- the RemotingServer hook ------------------------------------------------------------------
     def request_guard(self, namesrv: bool = False) -> Callable[[Any, RemotingCommand], RemotingCommand | None]:

@@ -30,15 +30,8 @@ from protocol.bodies import MessageQueue
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
 from protocol.codes import BROKER_VERSION, PERM_PRIORITY, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import (
-    CreateTopicRequestHeader,
-    DeleteSubscriptionGroupRequestHeader,
-    DeleteTopicRequestHeader,
-    GetConsumeStatsRequestHeader,
-    GetConsumerConnectionListRequestHeader,
-    GetTopicStatsInfoRequestHeader,
-)
 from protocol.jsonlenient import dumps_compact
+from protocol.requests import read_request
 from broker.ha import replication_info
 from broker.processors.base import BrokerProcessor
 
@@ -103,7 +96,7 @@ class AdminProcessor(BrokerProcessor):
 
     # ---- topics ---------------------------------------------------------------------------------
     def update_and_create_topic(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = CreateTopicRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         topic = header.topic
         problem = validate_topic(topic)
         if problem is not None:
@@ -132,7 +125,7 @@ class AdminProcessor(BrokerProcessor):
         """Delete the topic's config, queues and consumer offsets, all persisted before the answer: a crash right
         after the acknowledgement must neither bring the old messages back nor leave a committed offset that
         would make a consumer skip the messages of a re-created topic."""
-        header = DeleteTopicRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         topic = header.topic
         problem = validate_topic(topic)
         if problem is not None:
@@ -161,7 +154,7 @@ class AdminProcessor(BrokerProcessor):
         return cmd.make_response(ResponseCode.SUCCESS, body=dumps_compact(self.topics.encode()))
 
     def get_topic_stats_info(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetTopicStatsInfoRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         topic = header.topic
         config = self.topics.get(topic)
         if config is None:
@@ -185,7 +178,7 @@ class AdminProcessor(BrokerProcessor):
         return topics
 
     def get_consume_stats(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetConsumeStatsRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         group = header.consumer_group
         topics = [header.topic] if header.topic else sorted(self._group_topics(group))
         stats = ConsumeStats()
@@ -207,7 +200,7 @@ class AdminProcessor(BrokerProcessor):
         return cmd.make_response(ResponseCode.SUCCESS, body=stats.encode())
 
     def get_consumer_connection_list(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetConsumerConnectionListRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         group = header.consumer_group
         info = self.consumers.get_group(group)
         if info is None or not info.clients:
@@ -252,7 +245,7 @@ class AdminProcessor(BrokerProcessor):
 
     async def delete_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         """Delete a group (and its offsets with cleanOffset), persisted before the answer."""
-        header = DeleteSubscriptionGroupRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         self.groups.delete(header.group_name)
         tables: list[Any] = [self.groups]
         if header.clean_offset:

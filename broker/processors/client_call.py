@@ -15,6 +15,7 @@ from broker.processors.base import BrokerProcessor
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.ids import decode_offset_msg_id
+from protocol.requests import read_request
 
 CALL_CLIENT_TIMEOUT_S = 10.0  # the reference's Broker2Client timeout
 
@@ -27,14 +28,14 @@ class ClientCallProcessor(BrokerProcessor):
         }
 
     def _client_channel(self, cmd: RemotingCommand) -> tuple[Any, RemotingCommand | None]:
-        fields = cmd.ext_fields or {}
-        group, client_id = fields.get("consumerGroup"), fields.get("clientId")
+        header = read_request(cmd)
+        group, client_id = header.consumer_group, header.client_id
         if not group or not client_id:
             return None, cmd.make_response(ResponseCode.SYSTEM_ERROR, "consumerGroup and clientId are required")
-        info = self.consumers.get_group(str(group))
+        info = self.consumers.get_group(group)
         if info is None:
             return None, cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist")
-        client = info.clients.get(str(client_id))
+        client = info.clients.get(client_id)
         if client is None or getattr(client.channel, "closed", False):
             return None, cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                            f"The Consumer <{group}> <{client_id}> not online")
@@ -65,7 +66,7 @@ class ClientCallProcessor(BrokerProcessor):
         client_channel, refusal = self._client_channel(cmd)
         if refusal is not None:
             return refusal
-        msg_id = str((cmd.ext_fields or {}).get("msgId") or "")
+        msg_id = read_request(cmd).msg_id or ""
         try:
             _, _, phys = decode_offset_msg_id(msg_id)
         except ValueError:

@@ -19,10 +19,11 @@ from broker.filter import (
     normalize_expression_type,
 )
 from broker.managers.consumer_manager import CLUSTERING, ClientInfo
-from protocol.bodies import CheckClientRequestBody, ConsumerListBody, HeartbeatData
+from protocol.bodies import ConsumerListBody, HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader
+from protocol.headers import HeaderError
+from protocol.requests import read_request
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -71,12 +72,12 @@ class ClientManageProcessor(BrokerProcessor):
     def heart_beat(self, channel: Any, cmd: RemotingCommand) -> Any:
         """Small heartbeats (every real client's) are answered synchronously; a large one continues
         as a coroutine that yields to the event loop between groups of consumer groups."""
-        if cmd.body and len(cmd.body) > HEARTBEAT_INLINE_BODY_MAX:
+        if cmd.header is None and cmd.body and len(cmd.body) > HEARTBEAT_INLINE_BODY_MAX:
             return self._large_heart_beat(channel, cmd)
         try:
-            data = HeartbeatData.decode(cmd.body) if cmd.body else HeartbeatData()
-        except ValueError as exc:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed heartbeat body: {exc}")
+            data = read_request(cmd)
+        except HeaderError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
         problem = self._check_heartbeat(data)
         if problem is not None:  # refused whole: a Java client's Validators would never have let it out
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
@@ -89,10 +90,10 @@ class ClientManageProcessor(BrokerProcessor):
         return self._heart_beat_response(cmd, sub_changed)
 
     async def _large_heart_beat(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        try:
-            data = await asyncio.to_thread(HeartbeatData.decode, bytes(cmd.body))
-        except ValueError as exc:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed heartbeat body: {exc}")
+        try:  # read off the event loop; the handler then uses the object read_request keeps on cmd
+            data = await asyncio.to_thread(read_request, cmd)
+        except HeaderError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
         problem = self._check_heartbeat(data)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
@@ -178,7 +179,7 @@ class ClientManageProcessor(BrokerProcessor):
 
     # ---- UNREGISTER_CLIENT -----------------------------------------------------------------------
     def unregister_client(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = UnregisterClientRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         for name, group in (("producerGroup", header.producer_group), ("consumerGroup", header.consumer_group)):
             problem = self.group_problem(group) if group else None
             if problem is not None:
@@ -195,7 +196,7 @@ class ClientManageProcessor(BrokerProcessor):
 
     # ---- GET_CONSUMER_LIST_BY_GROUP --------------------------------------------------------------
     def get_consumer_list_by_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetConsumerListByGroupRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         ids = self.consumers.client_ids(header.consumer_group)
         if not ids:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
@@ -205,9 +206,9 @@ class ClientManageProcessor(BrokerProcessor):
     # ---- CHECK_CLIENT_CONFIG ---------------------------------------------------------------------
     def check_client_config(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            body = CheckClientRequestBody.decode(cmd.body) if cmd.body else CheckClientRequestBody()
-        except ValueError as exc:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed check-client body: {exc}")
+            body = read_request(cmd)
+        except HeaderError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
         sub = body.subscription_data
         expression_type = normalize_expression_type(sub.expression_type if sub else None)
         if expression_type == EXPRESSION_TAG:

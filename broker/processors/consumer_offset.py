@@ -15,11 +15,7 @@ from protocol.admin_bodies import ResetOffsetBody
 from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import (
-    QueryConsumerOffsetRequestHeader,
-    ResetOffsetRequestHeader,
-    UpdateConsumerOffsetRequestHeader,
-)
+from protocol.requests import read_request
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -51,7 +47,7 @@ class ConsumerOffsetProcessor(BrokerProcessor):
             return False
 
     def query_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = QueryConsumerOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         problem = self.group_problem(header.consumer_group)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
@@ -63,7 +59,7 @@ class ConsumerOffsetProcessor(BrokerProcessor):
         return cmd.make_response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def update_consumer_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = UpdateConsumerOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         group, topic, queue_id, offset = header.consumer_group, header.topic, header.queue_id, header.commit_offset
         problem = self.group_problem(group)
         if problem is not None:
@@ -103,7 +99,7 @@ class ConsumerOffsetProcessor(BrokerProcessor):
         the queues and resumes there). Unlike it, the committed offsets are also written here (persisted before the
         answer), so a group with nobody online is reset too instead of being refused with CONSUMER_NOT_ONLINE.
         The answer carries the table (ResetOffsetBody) and ``online`` = how many consumers were told."""
-        header = ResetOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         group, topic = header.group, header.topic
         problem = self.group_problem(group)
         if problem is not None:

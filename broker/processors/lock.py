@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.managers.topic_config import validate_group
-from protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
+from protocol.bodies import LockBatchResponseBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.headers import HeaderError
+from protocol.requests import read_request
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -27,9 +29,9 @@ class LockProcessor:
 
     def lock_batch_mq(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            request = LockBatchRequestBody.decode(cmd.body)
-        except ValueError as exc:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed LOCK_BATCH_MQ body: {exc}")
+            request = read_request(cmd)
+        except HeaderError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
         problem = validate_group(request.consumer_group)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
@@ -38,9 +40,9 @@ class LockProcessor:
 
     def unlock_batch_mq(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            request = UnlockBatchRequestBody.decode(cmd.body)
-        except ValueError as exc:
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed UNLOCK_BATCH_MQ body: {exc}")
+            request = read_request(cmd)
+        except HeaderError as exc:
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, str(exc))
         problem = validate_group(request.consumer_group)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")

@@ -35,6 +35,7 @@ from protocol.codes import (
 )
 from protocol.command import RemotingCommand
 from protocol.headers import PullMessageRequestHeader
+from protocol.requests import read_request
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ class PullProcessor(BrokerProcessor):
 
     # ---- request handling ----------------------------------------------------------------------
     def pull_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        header = PullMessageRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         try:
             message_filter = self._resolve_filter(header)
         except SubscriptionError:

@@ -10,14 +10,7 @@ from typing import Any
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import (
-    GetEarliestMsgStoretimeRequestHeader,
-    GetMaxOffsetRequestHeader,
-    GetMinOffsetRequestHeader,
-    QueryMessageRequestHeader,
-    SearchOffsetRequestHeader,
-    ViewMessageRequestHeader,
-)
+from protocol.requests import read_request
 from broker.processors.base import BrokerProcessor
 
 DEFAULT_QUERY_MAX_NUM = 32
@@ -41,17 +34,17 @@ class QueryProcessor(BrokerProcessor):
         }
 
     def get_max_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetMaxOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         offset = self.store.get_max_offset(header.topic, header.queue_id)
         return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     def get_min_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetMinOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         offset = self.store.get_min_offset(header.topic, header.queue_id)
         return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     def search_offset_by_timestamp(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = SearchOffsetRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         boundary = (header.boundary_type or "LOWER").strip().upper()
         if boundary not in ("LOWER", "UPPER"):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER,
@@ -60,12 +53,12 @@ class QueryProcessor(BrokerProcessor):
         return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     def get_earliest_msg_storetime(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = GetEarliestMsgStoretimeRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         timestamp = self.store.get_earliest_message_time(header.topic, header.queue_id)
         return cmd.make_response(ResponseCode.SUCCESS, None, {"timestamp": str(timestamp)})
 
     def view_message_by_id(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = ViewMessageRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         record = self.store.look_message_by_offset(header.offset) if header.offset >= 0 else None
         if not record:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
@@ -73,7 +66,7 @@ class QueryProcessor(BrokerProcessor):
         return cmd.make_response(ResponseCode.SUCCESS, None, None, bytes(record))
 
     def query_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        header = QueryMessageRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         max_num = DEFAULT_QUERY_MAX_NUM if header.unique_key_query else header.max_num
         if max_num is None or max_num <= 0:
             max_num = DEFAULT_QUERY_MAX_NUM

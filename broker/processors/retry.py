@@ -20,9 +20,10 @@ from broker.schedule.delay import to_schedule_topic
 from broker.store.types import MessageToStore, PutResult, message_from_record
 from protocol.codes import PERM_WRITE, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import ConsumerSendMsgBackRequestHeader, ResendDlqMessageRequestHeader
+from protocol.headers import ResendDlqMessageRequestHeader
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record
+from protocol.requests import read_request
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class RetryProcessor(BrokerProcessor):
 
     # ---- CONSUMER_SEND_MSG_BACK ---------------------------------------------------------------
     def consumer_send_msg_back(self, channel: Any, cmd: RemotingCommand):
-        header = ConsumerSendMsgBackRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         group = header.group
         problem = self.group_problem(group)
         if problem is not None:  # before find_or_create: a bad name must not become a persisted group
@@ -158,7 +159,7 @@ class RetryProcessor(BrokerProcessor):
         return max(candidates, key=lambda r: r.physical_offset) if candidates else None
 
     def resend_dlq_message(self, channel: Any, cmd: RemotingCommand):
-        header = ResendDlqMessageRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         problem = self.group_problem(header.group)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"group: {problem}")

@@ -27,6 +27,7 @@ from protocol.command import RemotingCommand, ResponseTemplate
 from protocol.hashing import tags_code
 from protocol.headers import SendMessageRequestHeader
 from protocol.ids import UniqKeyGenerator, pack_host
+from protocol.requests import read_request
 from protocol.message import MULTI_TAGS_FLAG, TRANSACTION_TYPE_MASK, RecordError, iter_batch_entries
 from protocol.properties import (
     MAX_PROPERTIES_BYTES,
@@ -75,14 +76,6 @@ _SUCCESS_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOU
 
 def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def _decode_send_header(cmd: RemotingCommand, prefer_v2: bool) -> SendMessageRequestHeader:
-    """V2 (a..n) or V1 (long names), whichever the request actually carries."""
-    ext = cmd.ext_fields
-    if ext is not None and ("b" in ext if prefer_v2 else "topic" not in ext and "b" in ext):
-        return SendMessageRequestHeader.decode_v2(ext)
-    return SendMessageRequestHeader.decode(ext)
 
 
 class SendProcessor(BrokerProcessor):
@@ -227,10 +220,10 @@ class SendProcessor(BrokerProcessor):
 
     # ---- single message ---------------------------------------------------------------------
     def send_message(self, channel: Any, cmd: RemotingCommand):
-        return self._send_one(channel, cmd, _decode_send_header(cmd, prefer_v2=False))
+        return self._send_one(channel, cmd, read_request(cmd))
 
     def send_message_v2(self, channel: Any, cmd: RemotingCommand):
-        return self._send_one(channel, cmd, _decode_send_header(cmd, prefer_v2=True))
+        return self._send_one(channel, cmd, read_request(cmd))
 
     def send_run(self, channel: Any, cmds: list[RemotingCommand]) -> list[Any]:
         """Single sends read together from one connection: each is checked and answered on its own, but the plain
@@ -242,10 +235,9 @@ class SendProcessor(BrokerProcessor):
             deferred = None
         else:
             deferred = []
-        v2 = RequestCode.SEND_MESSAGE_V2
         for cmd in cmds:
             try:
-                header = _decode_send_header(cmd, prefer_v2=cmd.code == v2)
+                header = read_request(cmd)
                 results.append(self._send_one(channel, cmd, header, deferred))
             except Exception as exc:  # noqa: BLE001 - answered per request by the server
                 results.append(exc)
@@ -440,7 +432,7 @@ class SendProcessor(BrokerProcessor):
 
     # ---- batch ------------------------------------------------------------------------------
     def send_batch_message(self, channel: Any, cmd: RemotingCommand):
-        header = _decode_send_header(cmd, prefer_v2=True)
+        header = read_request(cmd)
         topic = header.topic
         if topic and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")

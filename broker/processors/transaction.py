@@ -16,6 +16,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import EndTransactionRequestHeader
 from protocol.jsonlenient import dumps_compact
+from protocol.requests import read_request
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -35,7 +36,7 @@ class TransactionProcessor(BrokerProcessor):
         }
 
     def end_transaction(self, channel: Any, cmd: RemotingCommand):
-        header = EndTransactionRequestHeader.decode(cmd.ext_fields)
+        header = read_request(cmd)
         decision = header.commit_or_rollback
         if decision not in (UNKNOWN, COMMIT, ROLLBACK):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER,
