@@ -151,7 +151,8 @@ class Broker:
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
         # One Authorizer decides for every protocol (remoting guard, gRPC, web console); None when ACL is off.
-        self.acl_validator, self.acl_watcher, request_guard = _build_acl(config, self.store)
+        self.acl_validator, self.acl_watcher, request_guard = _build_acl(
+            config, (self.store, self.consumer_offset_manager, self.consumer_manager))
         self.authorizer = self.acl_validator.authorizer if self.acl_validator is not None else None
         # One TLS mode and context for every port too; a missing or bad cert file raises ConfigError here.
         self.tls = TlsSettings.from_config(config)
@@ -469,14 +470,15 @@ class Broker:
                 log.exception("persisting consumer offsets failed")
 
 
-def _build_acl(config: BrokerConfig, records: Any) -> tuple[Any, Any, Any]:
-    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None); ``records`` (the
-    store) finds the topic of a record that a request names by its commit-log offset.
+def _build_acl(config: BrokerConfig, lookups: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None); ``lookups`` (store,
+    offsets, consumers) find the topic of a record named by its offset and the topics a group consumes.
     An unreadable or invalid aclFile raises ConfigError naming the key and the file."""
     if not config.acl_enable:
         return None, None, None
     from broker.acl.accounts import AclFileError, load_acl_file
     from broker.acl.authorizer import Authorizer
+    from broker.acl.resources import BrokerLookups
     from broker.acl.validator import AclValidator
     from broker.acl.watcher import AclFileWatcher
     from broker.config import ConfigError
@@ -486,6 +488,7 @@ def _build_acl(config: BrokerConfig, records: Any) -> tuple[Any, Any, Any]:
         accounts = load_acl_file(path)
     except AclFileError as exc:
         raise ConfigError(f"key 'aclFile': {exc}", "aclFile") from None
-    validator = AclValidator(Authorizer(accounts, time_tolerance_s=float(config.acl_time_tolerance_seconds)), records)
+    validator = AclValidator(Authorizer(accounts, time_tolerance_s=float(config.acl_time_tolerance_seconds)),
+                             BrokerLookups(*lookups))
     log.info("ACL on: %d account(s) from %s", len(accounts.accounts), path)
     return validator, AclFileWatcher(path, validator.update), validator.request_guard()

@@ -19,10 +19,11 @@ from typing import Any, Protocol
 
 from broker.acl.accounts import PUB, RETRY_GROUP_PREFIX, SUB, group_resource
 from broker.acl.authorizer import ANY_ACCESS, Needs
+from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "RecordTopics", "needed_resources"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups", "RecordTopics", "needed_resources"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -49,10 +50,26 @@ _PROP_REAL_TOPIC = "REAL_TOPIC"
 
 
 class RecordTopics(Protocol):
-    """The store's answer to "which topic does the record at this commit-log offset belong to"."""
+    """What the broker knows that a request reaches indirectly: the record at a commit-log offset (the store), and
+    the topics a group consumes (for a group-wide statistic)."""
 
     def look_record(self, phys_offset: int) -> Any:
         """The decoded record (``.topic``, ``.properties``) or None."""
+
+    def group_topics(self, group: str) -> set[str]:
+        """The topics ``group`` has offsets on or subscribes to here."""
+
+
+class BrokerLookups:
+    """``RecordTopics`` over the broker's store, offsets and consumers."""
+
+    def __init__(self, store: Any, offsets: Any, consumers: Any) -> None:
+        self.look_record = store.look_record
+        self._offsets = offsets
+        self._consumers = consumers
+
+    def group_topics(self, group: str) -> set[str]:
+        return group_topics(self._offsets, self._consumers, group)
 
 
 def _topic_resource(topic: str, perm: int) -> tuple[str, int]:
@@ -140,6 +157,16 @@ def _consume_directly(request: Any, records: RecordTopics | None) -> Needs:
     return needs + _record_needs(records, offset, SUB)
 
 
+def _consume_stats(request: Any, records: RecordTopics | None) -> Needs:
+    """SUB on the group and on the topic named; without one, the statistic covers every topic the group consumes,
+    and each of them needs SUB."""
+    if request.topic or records is None:
+        return _group_topic(request.consumer_group, request.topic)
+    needs = _group_topic(request.consumer_group, None)
+    needs += [_topic_resource(topic, SUB) for topic in sorted(records.group_topics(request.consumer_group))]
+    return needs
+
+
 def _heart_beat(request: Any, _records: RecordTopics | None) -> Needs:
     """SUB on each consumer group and on each subscribed topic; producers are not checked (the reference's rule:
     a producer group names no resource)."""
@@ -192,7 +219,7 @@ _RESOLVERS: dict[int, Callable[[Any, RecordTopics | None], Needs]] = {
     RequestCode.QUERY_CONSUMER_OFFSET: _group_and_topic("consumer_group"),
     RequestCode.UPDATE_CONSUMER_OFFSET: _group_and_topic("consumer_group"),
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: _group_and_topic("group"),
-    RequestCode.GET_CONSUME_STATS: _group_and_topic("consumer_group"),
+    RequestCode.GET_CONSUME_STATS: _consume_stats,
     RequestCode.LOCK_BATCH_MQ: _lock_batch,
     RequestCode.UNLOCK_BATCH_MQ: _lock_batch,
     RequestCode.CHECK_CLIENT_CONFIG: _check_client,

@@ -206,3 +206,13 @@ class ConsumerManager:
             self.on_group_changed(group, channels)
         except Exception:
             log.exception("on_group_changed(%s) failed", group)
+
+
+def group_topics(offsets: Any, consumers: ConsumerManager, group: str) -> set[str]:
+    """The topics a group consumes here: those it has committed offsets on and those its online consumers subscribe
+    to (what a group-wide statistic covers, and what reading it needs permission for)."""
+    topics = set(offsets.topics_of_group(group))
+    info = consumers.get_group(group)
+    if info is not None:
+        topics.update(info.subscriptions)
+    return topics

@@ -33,6 +33,7 @@ from protocol.command import RemotingCommand
 from protocol.jsonlenient import dumps_compact
 from protocol.requests import read_request
 from broker.ha import replication_info
+from broker.managers.consumer_manager import group_topics
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -171,11 +172,7 @@ class AdminProcessor(BrokerProcessor):
 
     # ---- consumer groups ------------------------------------------------------------------------
     def _group_topics(self, group: str) -> set[str]:
-        topics = set(self.offsets.topics_of_group(group))
-        info = self.consumers.get_group(group)
-        if info is not None:
-            topics.update(info.subscriptions)
-        return topics
+        return group_topics(self.offsets, self.consumers, group)
 
     def get_consume_stats(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
