@@ -19,6 +19,8 @@ from conftest import free_port
 from integration.wire import WireClient, send_v2_fields
 from protocol.codes import RequestCode, ResponseCode
 
+from .test_issue2_cluster import NamesrvProcess
+
 CLIENTS = 40  # producers auto-creating topics at once
 TOPICS_PER_CLIENT = 8
 ROUNDS = 3  # each round spans several registrations (one per 0.3 s debounce), each a chance to lose a topic
@@ -103,3 +105,41 @@ async def test_every_acknowledged_auto_created_topic_is_routable_within_a_second
     finally:
         for client in producers + namesrvs:
             client.writer.close()
+
+
+# -- the standalone name server (mqnamesrv), registered with as a Java broker does ----------------------------
+def register_body(topics: list[str], counter: int, timestamp: int) -> tuple[dict[str, str], bytes]:
+    table = {t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                 "topicSysFlag": 0, "order": False} for t in topics}
+    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table, "dataVersion": {
+        "counter": counter, "stateVersion": 0, "timestamp": timestamp}}, "filterServerList": []}).encode()
+    ext = {"brokerName": "java-a", "brokerAddr": "127.0.0.1:30911", "clusterName": "DefaultCluster",
+           "haServerAddr": "127.0.0.1:30912", "brokerId": "0", "heartbeatTimeoutMillis": "120000",
+           "enableActingMaster": "false", "compressed": "false", "bodyCrc32": "0"}
+    return ext, body
+
+
+async def test_standalone_namesrv_keeps_newer_topics_from_a_late_registration():
+    namesrv = NamesrvProcess()
+    try:
+        async with await WireClient.connect(namesrv.addr) as broker_link, \
+                await WireClient.connect(namesrv.addr) as client:
+            async def register(topics: list[str], counter: int, timestamp: int) -> None:
+                response = await broker_link.request(RequestCode.REGISTER_BROKER, *register_body(topics, counter, timestamp))
+                assert response.code == ResponseCode.SUCCESS, response.remark
+
+            async def routed(topic: str) -> bool:
+                return await route_has_broker(client, topic, "127.0.0.1:30911")
+
+            now = int(time.time() * 1000)
+            await register(["Base", "Fresh"], 7, now)
+            await register(["Base"], 6, now - 5)  # a snapshot from before Fresh, arriving late
+            assert await routed("Fresh") and await routed("Base")
+            # Controls: a newer table still replaces the routes, and so does a restarted broker whose counter
+            # started over (its clock is later).
+            await register(["Base"], 8, now + 5)
+            assert not await routed("Fresh") and await routed("Base")
+            await register(["Base", "Reborn"], 1, now + 60_000)
+            assert await routed("Reborn")
+    finally:
+        namesrv.stop()
