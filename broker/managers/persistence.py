@@ -41,6 +41,18 @@ def data_version_key(obj: Any) -> tuple[int, int, int]:
     )
 
 
+def is_older_data_version(candidate: tuple[int, int, int], known: tuple[int, int, int]) -> bool:
+    """True when ``candidate`` (a data_version_key) describes an older state of the same table than ``known``.
+
+    A lower stateVersion (5.x master epoch) is older. Within one epoch the version is older only when its
+    counter is lower *and* its timestamp is not later: both grow with every change (the counter is persisted,
+    the timestamp is the clock), so requiring both keeps a broker that restarted with a lost counter (later
+    clock) or under a clock set back (higher counter) from ever looking older than its own past."""
+    if candidate[0] != known[0]:
+        return candidate[0] < known[0]
+    return candidate[2] < known[2] and candidate[1] <= known[1]
+
+
 def open_json_file(path: str) -> Any:
     """The store's atomic JSON file for ``path`` (load() -> object|None with .bak fallback, save(obj))."""
     from broker.store.config_file import JsonConfigFile

@@ -3,6 +3,11 @@
 Pure in-memory bookkeeping (no I/O). Both the standalone name server and the broker's embedded
 name server use it; the embedded one is fed by direct calls instead of REGISTER_BROKER requests.
 Route bodies are produced as JSON-ready dicts with quoted ``brokerAddrs`` keys (reference §3).
+
+Registrations are ordered by the broker's topic-table DataVersion: one that is older than what the name
+server already holds for that broker (a snapshot sent before a change that reached the name server first,
+e.g. a full REGISTER_BROKER overtaken by the embedded one-topic deltas) only refreshes the broker's timer and
+never replaces the newer topics.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from broker.managers.persistence import data_version_key
+from broker.managers.persistence import data_version_key, is_older_data_version
 from protocol.json_body import as_int
 
 log = logging.getLogger(__name__)
@@ -122,7 +127,8 @@ class RouteInfoManager:
     ) -> RegisterBrokerResult:
         """Record a broker (re-)registration. A master's topic table replaces what the name server
         knew about that broker name whenever it is new or its data version changed; topics it no
-        longer lists lose that broker's queues."""
+        longer lists lose that broker's queues. A table older than the one held (see
+        ``is_older_data_version``) is a late snapshot: it refreshes the broker's timer only."""
         now = _now_ms() if now_ms is None else now_ms
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
@@ -140,6 +146,10 @@ class RouteInfoManager:
         version = data_version_key(data_version)
         previous = self.broker_live_table.get(broker_addr)
         version_changed = previous is None or previous.data_version != version
+        if previous is not None and not first_time and is_older_data_version(version, previous.data_version):
+            log.debug("broker %s (%s): registration of data version %s is older than %s, topics kept",
+                      broker_name, broker_addr, version, previous.data_version)
+            version, version_changed = previous.data_version, False
         if broker_id == MASTER_ID and topic_config_table is not None and (first_time or version_changed):
             self._replace_topics_of(broker_name, topic_config_table)
 
@@ -171,13 +181,18 @@ class RouteInfoManager:
         """Incremental registration of a master already registered at ``broker_addr``: upsert the given
         topics (a ``None`` config removes that broker's queues of the topic) and adopt ``data_version``.
         Cost is proportional to ``len(changes)``, not to the broker's topic count. Returns False when
-        the address is not a registered master; the caller then registers the whole table."""
+        the address is not a registered master; the caller then registers the whole table. Changes
+        older than the version held are already superseded and ignored."""
         live = self.broker_live_table.get(broker_addr)
         if live is None or live.broker_id != MASTER_ID:
             return False
         broker_data = self.broker_addr_table.get(live.broker_name)
         if broker_data is None or broker_data.broker_addrs.get(MASTER_ID) != broker_addr:
             return False
+        version = data_version_key(data_version)
+        live.last_update_ms = _now_ms() if now_ms is None else now_ms
+        if is_older_data_version(version, live.data_version):
+            return True
         broker_name = live.broker_name
         for topic, tc in changes.items():
             if tc is None:
@@ -185,8 +200,7 @@ class RouteInfoManager:
                 continue
             read, write, perm, sys_flag = _topic_fields(topic, tc)
             self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(broker_name, read, write, perm, sys_flag)
-        live.data_version = data_version_key(data_version)
-        live.last_update_ms = _now_ms() if now_ms is None else now_ms
+        live.data_version = version
         return True
 
     def _replace_topics_of(self, broker_name: str, topic_config_table: Mapping[str, Any]) -> None:
