@@ -61,6 +61,13 @@ async def test_send_v1_with_short_names_and_bytes_values_are_judged_as_stored(ac
         fields["Signature"] = sign(APP[1], fields, b"x")
         ok = await client.request(RequestCode.SEND_MESSAGE, fields, b"x", serialize_type=SerializeType.MSGPACK)
         assert ok.code == ResponseCode.SUCCESS, ok.remark
+        # fields newer clients add (5.x: bname, and ones this broker does not know yet) are signed and accepted
+        newer = dict(send_v2_fields("Orders"), n=acl_broker.name, bname=acl_broker.name, futureField="x")
+        ok = await signed(client, RequestCode.SEND_MESSAGE_V2, newer, b"x")
+        assert ok.code == ResponseCode.SUCCESS, ok.remark
+        ok = await signed(client, RequestCode.PULL_MESSAGE, dict(pull_fields("Orders", "orders_cg", sys_flag=0),
+                                                                 bname=acl_broker.name))
+        assert ok.code in (ResponseCode.SUCCESS, 19, 20, 21, 22, 24), (ok.code, ok.remark)
         # no topic was auto-created by a refused send
         listed = await signed(client, RequestCode.GET_ALL_TOPIC_CONFIG, {}, creds=ADMIN)
         assert listed.code == ResponseCode.SUCCESS and b'"Secret"' not in listed.body
