@@ -112,7 +112,11 @@ def _response_name(code: int) -> str:
 
 
 def _send_topic(cmd: RemotingCommand) -> str | None:
-    """The topic a send request names (V2 short or V1 long field), None when absent."""
+    """The topic a send request names: the handler's reading of it (cmd.header), else (a header that could not be
+    read) the raw V2 short or V1 long field; None when absent."""
+    header = cmd.header
+    if header is not None:
+        return header.topic
     ext = cmd.ext_fields
     if not ext:
         return None
