@@ -43,7 +43,9 @@ _request_errors = RateLimitedLog(log)  # bad headers and failing handlers: per r
 HandlerResult = Union[RemotingCommand, bytes, None, Awaitable[Union[RemotingCommand, bytes, None]]]
 Handler = Callable[["Channel", RemotingCommand], HandlerResult]
 RunHandler = Callable[["Channel", list[RemotingCommand]], list[Any]]  # one result per request
-RequestGuard = Callable[["Channel", RemotingCommand], Union[RemotingCommand, None]]  # an error response refuses
+# None admits the request, an error response refuses it, an awaitable of either decides later (a large body is read
+# off the event loop first).
+RequestGuard = Callable[["Channel", RemotingCommand], Any]
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _SEPARATE_BODY_THRESHOLD = 16 * 1024  # bodies at least this big are written without joining them to the header
@@ -548,9 +550,22 @@ class RemotingServer:
         if self.request_guard is not None:
             refusal = self.request_guard(channel, cmd)
             if refusal is not None:
-                if not cmd.flag & 2:
+                if type(refusal) is not RemotingCommand:  # the guard reads a large body off the loop first
+                    self._run_awaitable(channel, cmd, self._guard_then_dispatch(channel, cmd, refusal))
+                elif not cmd.flag & 2:
                     channel.send_response(refusal)
                 return
+        self._dispatch_admitted(channel, cmd)
+
+    async def _guard_then_dispatch(self, channel: Channel, cmd: RemotingCommand, pending: Any) -> Any:
+        refusal = await pending
+        if refusal is not None:
+            return refusal
+        if not channel.closed:
+            self._dispatch_admitted(channel, cmd)
+        return None
+
+    def _dispatch_admitted(self, channel: Channel, cmd: RemotingCommand) -> None:
         handler = self.handlers.get(cmd.code)
         if handler is None:
             if not cmd.flag & 2:
@@ -572,6 +587,8 @@ class RemotingServer:
                 refusal = guard(channel, cmd)
                 if refusal is None:
                     admitted.append(cmd)
+                elif type(refusal) is not RemotingCommand:  # checked later: then handled alone
+                    self._run_awaitable(channel, cmd, self._guard_then_dispatch(channel, cmd, refusal))
                 elif not cmd.flag & 2:
                     channel.send_response(refusal)
             cmds = admitted

@@ -20,7 +20,10 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
 
-__all__ = ["RequestError", "read_request", "reads_body", "READABLE_CODES"]
+__all__ = ["INLINE_BODY_MAX", "READABLE_CODES", "RequestError", "read_request", "reads_body"]
+
+# A body-only request with a larger body is best read off the event loop (decoding 16 MiB of JSON takes a while).
+INLINE_BODY_MAX = 64 * 1024
 
 
 class RequestError(HeaderError):

@@ -11,6 +11,7 @@ adapts the validator to ``RemotingServer``'s hook.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from broker.log_limit import RateLimitedLog
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
-from protocol.requests import read_request
+from protocol.requests import INLINE_BODY_MAX, read_request, reads_body
 
 __all__ = ["REMARK_PREFIX", "AclValidator", "Refusal"]
 
@@ -96,18 +97,32 @@ class AclValidator:
         check = self.verify_admin if namesrv else self.verify
         where = "name server" if namesrv else "broker"
 
-        def guard(channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-            try:
-                refusal = check(cmd, channel.remote_host)
-            except Exception as exc:  # noqa: BLE001 - a bug: refuse (fail closed) with a remark, log the traceback rate-limited
-                _refusals.error((where, "bug", type(exc).__name__), "%s: ACL check of request code %s failed",
-                                where, cmd.code, exc_info=exc)
-                refusal = _refuse(f"ACL check failed: {type(exc).__name__}: {exc}")
+        def answer(channel: Any, cmd: RemotingCommand, refusal: Refusal | None) -> RemotingCommand | None:
             if refusal is None:
                 return None
             code, remark = refusal
             _refusals.warning((where, cmd.code, remark[:80]), "%s: refused request code %s from %s: %s",
                               where, cmd.code, channel.remote_addr, remark)
             return cmd.make_response(code, remark)
+
+        def checked(channel: Any, cmd: RemotingCommand) -> Refusal | None:
+            try:
+                return check(cmd, channel.remote_host)
+            except Exception as exc:  # noqa: BLE001 - a bug: refuse (fail closed) with a remark, log the traceback rate-limited
+                _refusals.error((where, "bug", type(exc).__name__), "%s: ACL check of request code %s failed",
+                                where, cmd.code, exc_info=exc)
+                return _refuse(f"ACL check failed: {type(exc).__name__}: {exc}")
+
+        async def guard_large(channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+            try:  # read the large body in a thread; the check then finds it read (cmd.header)
+                await asyncio.to_thread(read_request, cmd)
+            except HeaderError:
+                pass  # the check answers it, with the same error
+            return answer(channel, cmd, checked(channel, cmd))
+
+        def guard(channel: Any, cmd: RemotingCommand) -> Any:
+            if not namesrv and cmd.header is None and len(cmd.body) > INLINE_BODY_MAX and reads_body(cmd.code):
+                return guard_large(channel, cmd)  # the server awaits it before dispatching
+            return answer(channel, cmd, checked(channel, cmd))
 
         return guard

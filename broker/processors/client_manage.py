@@ -23,7 +23,7 @@ from protocol.bodies import ConsumerListBody, HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
-from protocol.requests import read_request
+from protocol.requests import INLINE_BODY_MAX, read_request
 from broker.processors.base import BrokerProcessor
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ _WATCHED = "client_manage_watched"
 # A heartbeat naming thousands of new groups creates a subscription group and a %RETRY% topic for each.
 # Bodies above this size are decoded in a worker thread, and groups are registered this many at a time
 # with the event loop free to serve other connections in between, so no heartbeat stalls the broker.
-HEARTBEAT_INLINE_BODY_MAX = 64 * 1024
+HEARTBEAT_INLINE_BODY_MAX = INLINE_BODY_MAX
 HEARTBEAT_GROUPS_PER_TURN = 128
 
 

@@ -128,3 +128,27 @@ async def test_group_operations_need_the_group_and_listings_need_an_admin(acl_br
         ok = await signed(client, RequestCode.GET_MAX_OFFSET, {"topic": "Orders", "queueId": "0"})
         assert ok.code == ResponseCode.SUCCESS, ok.remark
     assert "Traceback" not in acl_broker.log_text()
+
+
+def _large_heartbeat(groups: list[str]) -> bytes:
+    """A heartbeat of many consumer groups (about 1 MB): read off the event loop, judged like a small one."""
+    return json.dumps({"clientID": "big-client", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": "Orders", "subString": "*", "tagsSet": [], "codeSet": [],
+                                 "subVersion": 1, "expressionType": "TAG"}]} for group in groups]}).encode()
+
+
+async def test_a_large_heartbeat_is_judged_whole(acl_broker):
+    groups = [f"cg_{i:05d}" for i in range(4000)]
+    async with await WireClient.connect(acl_broker.addr) as client:
+        refused_body = _large_heartbeat(groups[:2000] + ["billing"] + groups[2000:])
+        assert len(refused_body) > 64 * 1024
+        assert_refused(await signed(client, RequestCode.HEART_BEAT, {}, refused_body),
+                       "No SUB permission for group:billing, accessKey=app_key01 has DENY")
+        ok = await signed(client, RequestCode.HEART_BEAT, {}, _large_heartbeat(groups))
+        assert ok.code == ResponseCode.SUCCESS, ok.remark
+        listed = await signed(client, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg_03999"})
+        assert listed.code == ResponseCode.SUCCESS and b"big-client" in listed.body, listed.remark
+        listed = await signed(client, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "billing"})
+        assert_refused(listed, "No SUB permission for group:billing, accessKey=app_key01 has DENY")
