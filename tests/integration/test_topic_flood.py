@@ -215,4 +215,5 @@ def test_bystander_latency_during_topic_flood(broker_factory):
           f"topics ({elapsed:.1f} s, {1500 / elapsed:.0f} topics/s): {len(busy)} sends ({len(busy) / elapsed:.0f}/s), "
           f"p99 {p99(busy) * 1e3:.1f} ms, max {max(busy) * 1e3:.1f} ms")
     assert len(busy) >= 50, len(busy)
-    assert p99(busy) < 1.0 and max(busy) < 3.0, (p99(busy), max(busy))
+    # measured on 2 shared CPUs: p99 29 ms, max 35 ms (before: p99 621 ms, max 834 ms, 9 sends/s)
+    assert p99(busy) < 0.2 and max(busy) < 1.0, (p99(busy), max(busy))
