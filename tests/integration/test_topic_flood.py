@@ -217,3 +217,15 @@ def test_bystander_latency_during_topic_flood(broker_factory):
     assert len(busy) >= 50, len(busy)
     # measured on 2 shared CPUs: p99 29 ms, max 35 ms (before: p99 621 ms, max 834 ms, 9 sends/s)
     assert p99(busy) < 0.2 and max(busy) < 1.0, (p99(busy), max(busy))
+
+
+@pytest.mark.parametrize("reserve, expected", [("-1", "must be >= 0"), ("300", "leave no room under the open-file")])
+def test_bad_descriptor_reserve_stops_start_up_naming_the_key(broker_factory, reserve, expected):
+    """A reserve that is negative, or leaves nothing under the open-file limit (256 here), stops start-up with
+    one line naming the key."""
+    broker = broker_factory(extra={"fileDescriptorReserve": reserve}, start=False)
+    with lowered_descriptor_limit(256), pytest.raises(RuntimeError, match="did not boot"):
+        broker.start(timeout=10)
+    log = broker.log_text()
+    assert "fileDescriptorReserve" in log and expected in log, log
+    assert "Traceback" not in log, log
