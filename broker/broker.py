@@ -18,6 +18,7 @@ from typing import Any
 
 from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
+from broker.descriptors import DescriptorBudget, soft_descriptor_limit
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
@@ -101,6 +102,19 @@ async def listen_optional(key: str, configured: int | None, listener: Any, what:
     return True
 
 
+def _descriptor_budget(config: BrokerConfig) -> DescriptorBudget:
+    """The process's descriptor reserve; one that leaves no room under the open-file limit stops start-up."""
+    budget = DescriptorBudget(config.file_descriptor_reserve)
+    limit = soft_descriptor_limit()
+    if limit is not None and config.file_descriptor_reserve > 0:
+        budget.refresh()
+        if budget.open_count + config.file_descriptor_reserve >= limit:
+            raise ConfigError(f"{config.file_descriptor_reserve} descriptors kept free leave no room under the "
+                              f"open-file limit {limit} ({budget.open_count} open at start): raise `ulimit -n` or "
+                              f"lower fileDescriptorReserve", "fileDescriptorReserve")
+    return budget
+
+
 class Broker:
     """One broker process worth of state and services."""
 
@@ -110,7 +124,9 @@ class Broker:
         store_config = config.to_store_config()
         self.store = MessageStore(store_config)
         config_dir = config.config_dir
-        self.topic_config_manager = TopicConfigManager(config, config_dir)
+        # New topics and connections are refused before the store runs out of descriptors (fileDescriptorReserve).
+        self.descriptors = _descriptor_budget(config)
+        self.topic_config_manager = TopicConfigManager(config, config_dir, descriptors=self.descriptors)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
         self.store.retention.consumer_offsets = self.consumer_offset_manager.offsets_by_topic
@@ -148,7 +164,7 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.metrics.install(self.dispatch_table, self.processors, self.run_table)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
-        self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config))
+        self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
         # One Authorizer decides for every protocol (remoting guard, gRPC, web console); None when ACL is off.
         self.acl_validator, self.acl_watcher, request_guard = _build_acl(

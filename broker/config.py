@@ -144,6 +144,9 @@ class BrokerConfig:
     server_frame_stall_timeout_seconds: int = 10  # project key: budget holder silent this long while others wait
     write_buffer_high_water_mark: int = 1024 * 1024  # unread responses above it: stop reading that connection
     write_buffer_low_water_mark: int = 0  # ... until they drain below this (0: a quarter of the high mark)
+    # issue 27, no flood starves others (project key): descriptors kept free for the store; new topics and
+    # connections are refused once open descriptors + this reach the open-file limit (0: never refuse)
+    file_descriptor_reserve: int = 128
     # store
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str | None = None  # None -> <root>/commitlog (see commit_log_dir)
@@ -371,6 +374,9 @@ class BrokerConfig:
             raise ConfigError(f"expected 0 (a quarter of writeBufferHighWaterMark) up to writeBufferHighWaterMark "
                               f"({self.write_buffer_high_water_mark}), got {self.write_buffer_low_water_mark}",
                               "writeBufferLowWaterMark")
+        if self.file_descriptor_reserve < 0:  # issue 27: the descriptor reserve
+            raise ConfigError(f"must be >= 0 (0: no reserve), got {self.file_descriptor_reserve}",
+                              "fileDescriptorReserve")
         if self.file_reserved_time < 0:
             raise ConfigError(f"must be >= 0, got {self.file_reserved_time}", "fileReservedTime")
         if not 10 <= self.disk_max_used_space_ratio <= 95:

@@ -23,6 +23,7 @@ import resource
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol
 
+from broker.descriptors import DescriptorBudget
 from broker.log_limit import RateLimitedLog
 
 log = logging.getLogger("broker.connections")
@@ -193,8 +194,10 @@ class FrameBudget:
 class ConnectionGuard:
     """The limits, the open-connection count and the frame budget of one process (see module docstring)."""
 
-    def __init__(self, limits: ConnectionLimits | None = None) -> None:
+    def __init__(self, limits: ConnectionLimits | None = None, descriptors: DescriptorBudget | None = None) -> None:
         self.limits = limits or ConnectionLimits()
+        # fileDescriptorReserve: connections are refused before the store runs out of descriptors (broker only)
+        self.descriptors = descriptors
         self.log = RateLimitedLog(log)
         self.budget = FrameBudget(self.limits.server_max_buffered_frame_bytes,
                                   float(self.limits.server_frame_stall_timeout_seconds), self.log)
@@ -207,11 +210,18 @@ class ConnectionGuard:
             self.log.warning("max-connections", "%s: refusing connection from %s: serverMaxConnections=%d reached",
                              server_name, peer, self.limits.server_max_connections)
             return False
+        descriptors = self.descriptors
+        if descriptors is not None:
+            if descriptors.admit("a connection from %s on the %s port" % (peer, server_name), "connection"):
+                return False
+            descriptors.opened()
         self.connections += 1
         return True
 
     def release(self) -> None:
         self.connections -= 1
+        if self.descriptors is not None:
+            self.descriptors.closed()
 
     def check_fd_limit(self) -> None:
         """Say once if serverMaxConnections cannot be reached because of the open-file limit."""
@@ -222,10 +232,13 @@ class ConnectionGuard:
             soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         except (OSError, ValueError):
             return
-        wanted = self.limits.server_max_connections + FD_HEADROOM
+        headroom = max(FD_HEADROOM, self.descriptors.reserve if self.descriptors is not None else 0)
+        wanted = self.limits.server_max_connections + headroom
         if soft != resource.RLIM_INFINITY and soft < wanted:
+            first = ("new connections are refused once only fileDescriptorReserve=%d descriptors are left"
+                     % self.descriptors.reserve if self.descriptors is not None and self.descriptors.reserve > 0
+                     else "accepting fails with 'Too many open files'")
             log.warning("serverMaxConnections=%d is above what the open-file limit allows (soft %d, hard %s, and "
-                        "about %d files for the store): accepting fails with 'Too many open files' first; raise "
-                        "`ulimit -n` to at least %d or lower serverMaxConnections",
-                        self.limits.server_max_connections, soft,
-                        "unlimited" if hard == resource.RLIM_INFINITY else hard, FD_HEADROOM, wanted)
+                        "about %d files for the store): %s first; raise `ulimit -n` to at least %d or lower "
+                        "serverMaxConnections", self.limits.server_max_connections, soft,
+                        "unlimited" if hard == resource.RLIM_INFINITY else hard, headroom, first, wanted)

@@ -13,6 +13,7 @@ import re
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from broker.descriptors import DescriptorBudget
 from broker.managers.persistence import ChangeJournal, PersistentTable, bump_version
 from protocol.config_bodies import DataVersion, TopicConfig
 
@@ -102,9 +103,12 @@ def validate_group(group: str | None) -> str | None:
 class TopicConfigManager(PersistentTable):
     """topic name -> TopicConfig, with RocketMQ's auto-creation rules."""
 
-    def __init__(self, config: "BrokerConfig", config_dir: str | None = None) -> None:
+    def __init__(self, config: "BrokerConfig", config_dir: str | None = None,
+                 descriptors: DescriptorBudget | None = None) -> None:
         super().__init__(os.path.join(config_dir or config.config_dir, FILE_NAME))
         self.broker_config = config
+        # Auto-creation is refused (DescriptorsShortError) while descriptors run short (fileDescriptorReserve).
+        self.descriptors = descriptors
         self.data_version = DataVersion()
         self.topics: dict[str, TopicConfig] = {}
         self.system_topics: set[str] = set()
@@ -179,13 +183,16 @@ class TopicConfigManager(PersistentTable):
 
         Unknown ``%RETRY%`` topics get 1 queue, perm 6. Otherwise the default topic must exist and be
         inheritable: the new topic gets min(client queue nums, default's write queues) queues and the
-        default's perm without INHERIT. Returns None when the topic cannot be created.
+        default's perm without INHERIT. Returns None when the topic cannot be created, and raises
+        DescriptorsShortError (its text is the remark) while the process is short of descriptors.
         """
         existing = self.topics.get(topic)
         if existing is not None:
             return existing
         if validate_topic(topic) is not None:
             return None
+        if self.descriptors is not None:
+            self.descriptors.check(f"topic {topic}", "topic")
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._create(TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE, topic_sys_flag=topic_sys_flag))
         if not default_topic:

@@ -11,6 +11,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from broker.descriptors import DescriptorsShortError
 from broker.managers.topic_config import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -152,9 +153,12 @@ class SendProcessor(BrokerProcessor):
             self._valid_topics.add(topic)
         topic_config = self.topics.get(topic)
         if topic_config is None:
-            topic_config = self.topics.create_topic_in_send_callback(
-                topic, header.default_topic, channel.remote_addr,
-                header.default_topic_queue_nums or 4, 0)
+            try:
+                topic_config = self.topics.create_topic_in_send_callback(
+                    topic, header.default_topic, channel.remote_addr,
+                    header.default_topic_queue_nums or 4, 0)
+            except DescriptorsShortError as exc:  # fileDescriptorReserve reached: a transient refusal
+                return None, self._error(cmd, ResponseCode.SYSTEM_BUSY, str(exc))
             if topic_config is None:
                 return None, self._error(
                     cmd, ResponseCode.TOPIC_NOT_EXIST,

@@ -47,8 +47,9 @@ class ConsumeQueue:
         self.root_dir = root_dir
         self.directory = os.path.join(root_dir, topic, str(queue_id))
         # Sparse files, blocks allocated ahead of the writer (reserve): an auto-created queue with a few messages
-        # must not cost a whole pre-allocated file of disk.
-        self.mfq = MappedFileQueue(self.directory, self.file_size, preallocate=False)
+        # must not cost a whole pre-allocated file of disk. Mapped detached: a topic holds no descriptor, and
+        # creating one does not zero-fill its whole file through read-ahead (mapped_file.map_detached).
+        self.mfq = MappedFileQueue(self.directory, self.file_size, preallocate=False, detached=True)
         self.min_offset = 0
         self.max_offset = 0
         # Write cursor into the last file.
