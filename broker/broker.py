@@ -335,9 +335,12 @@ class Broker:
             ThrottlePolicy(cfg.dashboard_sign_in_delay_after, cfg.dashboard_sign_in_lock_after, max_delay_s, lock_s),
             ThrottlePolicy(cfg.dashboard_sign_in_account_delay_after, cfg.dashboard_sign_in_account_lock_after,
                            max_delay_s, lock_s))
-        console = ConsoleServer(views, self.authorizer, cfg.dashboard_host, port, broker_ip=cfg.broker_ip1,
-                                allowed_hosts=[h for h in cfg.dashboard_allowed_hosts.split(",") if h.strip()],
-                                sign_in=sign_in)
+        try:
+            console = ConsoleServer(views, self.authorizer, cfg.dashboard_host, port, broker_ip=cfg.broker_ip1,
+                                    allowed_hosts=[h for h in cfg.dashboard_allowed_hosts.split(",") if h.strip()],
+                                    sign_in=sign_in)
+        except ValueError as exc:  # an allowed host the console cannot read (the conf check lets few through)
+            raise ConfigError(f"key 'dashboardAllowedHosts': {exc}", "dashboardAllowedHosts") from None
         if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
             self.console = console
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import logging
 import os
 import re
@@ -416,9 +417,9 @@ class BrokerConfig:
         """The web console's Host list and sign-in limits (issue 27, console part)."""
         for entry in self.dashboard_allowed_hosts.split(","):
             entry = entry.strip()
-            if entry and (any(c.isspace() or c in "/@?#" for c in entry) or entry.startswith(":")):
-                raise ConfigError(f"expected host names separated by commas (name or name:port), got {entry!r}",
-                                  "dashboardAllowedHosts")
+            if entry and not _HOST_ENTRY.fullmatch(entry) and not _is_ipv6(entry):
+                raise ConfigError(f"expected host names separated by commas (name, name:port, [v6]:port or *), "
+                                  f"got {entry!r}", "dashboardAllowedHosts")
         for attr in ("dashboard_sign_in_delay_after", "dashboard_sign_in_lock_after",
                      "dashboard_sign_in_account_delay_after", "dashboard_sign_in_account_lock_after",
                      "dashboard_sign_in_max_delay_seconds", "dashboard_sign_in_lock_seconds"):
@@ -429,6 +430,17 @@ class BrokerConfig:
             if getattr(self, delay) > getattr(self, lock):
                 raise ConfigError(f"must not exceed {_ATTR_TO_KEY[lock]} ({getattr(self, lock)}), got "
                                   f"{getattr(self, delay)}", _ATTR_TO_KEY[delay])
+
+
+_HOST_ENTRY = re.compile(r"\*|\[[0-9A-Fa-f:.]+\](:\d{1,5})?|[A-Za-z0-9_.-]+(:\d{1,5})?")
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:

@@ -34,6 +34,10 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     elif value.count(":") == 1:
         name, port_text = value.split(":")
     elif ":" in value:  # a bare IPv6 address (not a valid Host, but a conf entry may be written so)
+        try:
+            ipaddress.IPv6Address(value)
+        except ValueError:
+            return None
         name, port_text = value, None
     else:
         name, port_text = value, None
