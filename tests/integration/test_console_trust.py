@@ -134,8 +134,8 @@ async def _sub_only_account(base: str, client: WireClient) -> None:
     assert status == 200 and [g["group"] for g in groups["groups"]] == ["public-group"], groups
 
     # direct reads of the secret topic, its group and its dead letters: 403 naming what is missing
-    for path, missing in ((f"/api/topics/Secret", "topic:Secret"),
-                          (f"/api/messages?topic=Secret&key=classified-1", "topic:Secret"),
+    for path, missing in (("/api/topics/Secret", "topic:Secret"),
+                          ("/api/messages?topic=Secret&key=classified-1", "topic:Secret"),
                           (f"/api/messages?topic=Secret&begin=0&end={int(time.time() * 1000) + 60_000}",
                            "topic:Secret"),
                           (f"/api/messages?id={secret['first']}&topic=Secret", "topic:Secret"),
