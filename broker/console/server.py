@@ -54,7 +54,7 @@ def _int_arg(request: web.Request, name: str, default: int | None = None) -> int
 
 class ConsoleServer:
     """The console of one broker: `views` reads and changes it, `authorizer` (None: ACL off) signs in and decides
-    what each account sees, `hosts` are the extra names it answers (dashboardAllowedHosts) besides its own
+    what each account sees, `allowed_hosts` are the extra names it answers (dashboardAllowedHosts) besides its own
     (`host`, `port`, `broker_ip`), `sign_in` limits failed sign-ins per address and per account."""
 
     def __init__(self, views: ConsoleViews, authorizer: Authorizer | None, host: str, port: int, *,
@@ -180,9 +180,14 @@ class ConsoleServer:
                                 f"addresses ({self.hosts.describe()}, port {self.port}), or add the name to "
                                 "dashboardAllowedHosts in broker.conf")
 
-    @staticmethod
-    def _viewer(request: web.Request) -> Viewer:
-        return request.get("viewer") or Viewer.operator()
+    def _viewer(self, request: web.Request) -> Viewer:
+        """The account of a request the guard let through; a route it did not vet sees nothing when ACL is on."""
+        viewer = request.get("viewer")
+        if viewer is not None:
+            return viewer
+        if self.auth.enabled:
+            raise ConsoleError(401, "sign in with an account of the broker's ACL file")
+        return Viewer.operator()
 
     @staticmethod
     async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -227,7 +232,7 @@ class ConsoleServer:
         if granted is None:
             self.sign_in.failed(request.remote, access_key)
             _sign_in_failures.warning(("sign-in", access_key[:64]),
-                                      "console: failed sign-in for %r from %s", body.get("accessKey"), request.remote)
+                                      "console: failed sign-in for %r from %s", access_key[:64], request.remote)
             raise ConsoleError(401, "unknown access key or wrong secret key")
         self.sign_in.succeeded(access_key)
         token, session = granted
