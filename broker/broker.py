@@ -338,8 +338,26 @@ class Broker:
         if port == 0:
             return
         from broker.console.server import ConsoleServer
+        from broker.console.throttle import SignInThrottle, ThrottlePolicy
+        from broker.console.views import BrokerFacts, ConsoleViews
 
-        console = ConsoleServer(self, cfg.dashboard_host, port)
+        facts = BrokerFacts(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, cfg.broker_addr, cfg.broker_role,
+                            cfg.store_path_root_dir, cfg.flush_disk_type, self.processors["admin"].runtime_info,
+                            self.namesrv.route_info if self.namesrv is not None else None)
+        views = ConsoleViews(self.store, self.topic_config_manager, self.subscription_group_manager,
+                             self.consumer_offset_manager, self.consumer_manager, self.dispatch_table, facts)
+        lock_s = float(cfg.dashboard_sign_in_lock_seconds)
+        max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
+        sign_in = SignInThrottle(
+            ThrottlePolicy(cfg.dashboard_sign_in_delay_after, cfg.dashboard_sign_in_lock_after, max_delay_s, lock_s),
+            ThrottlePolicy(cfg.dashboard_sign_in_account_delay_after, cfg.dashboard_sign_in_account_lock_after,
+                           max_delay_s, lock_s))
+        try:
+            console = ConsoleServer(views, self.authorizer, cfg.dashboard_host, port, broker_ip=cfg.broker_ip1,
+                                    allowed_hosts=[h for h in cfg.dashboard_allowed_hosts.split(",") if h.strip()],
+                                    sign_in=sign_in)
+        except ValueError as exc:  # an allowed host the console cannot read (the conf check lets few through)
+            raise ConfigError(f"key 'dashboardAllowedHosts': {exc}", "dashboardAllowedHosts") from None
         if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
             self.console = console
 

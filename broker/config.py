@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import logging
 import os
 import re
@@ -117,6 +118,17 @@ class BrokerConfig:
     # a port given in broker.conf must be free; 0 = off.
     dashboard_port: int | None = None
     dashboard_host: str = "127.0.0.1"
+    # issue 27, web console part: the Host names it answers besides its own address (comma-separated; "name" any
+    # port, "name:port" that port only, "*" any Host), and the slow-down and lock-out of failed sign-ins, per client
+    # address and per account: a delay doubling from 1 s (capped) after DelayAfter failures, refused for
+    # LockSeconds after LockAfter; failures are forgotten LockSeconds after the last one
+    dashboard_allowed_hosts: str = ""
+    dashboard_sign_in_delay_after: int = 5
+    dashboard_sign_in_lock_after: int = 20
+    dashboard_sign_in_account_delay_after: int = 20
+    dashboard_sign_in_account_lock_after: int = 100
+    dashboard_sign_in_max_delay_seconds: int = 60
+    dashboard_sign_in_lock_seconds: int = 900
     # the gRPC endpoint of RocketMQ 5.x SDKs (broker/grpc); unset port: 8081 when free (a busy default only warns)
     enable_grpc_proxy: bool = True
     grpc_server_port: int | None = None
@@ -326,6 +338,7 @@ class BrokerConfig:
             _check_port(self, "dashboard_port", allow_zero=True)
         if self.grpc_server_port is not None:
             _check_port(self, "grpc_server_port", allow_zero=True)
+        self._check_dashboard_guards()
         for attr in (
             "mapped_file_size_commit_log",
             "mapped_file_size_consume_queue",
@@ -405,6 +418,35 @@ class BrokerConfig:
                               "secretKey" if self.access_key else "accessKey")
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
+
+    def _check_dashboard_guards(self) -> None:
+        """The web console's Host list and sign-in limits (issue 27, console part)."""
+        for entry in self.dashboard_allowed_hosts.split(","):
+            entry = entry.strip()
+            if entry and not _HOST_ENTRY.fullmatch(entry) and not _is_ipv6(entry):
+                raise ConfigError(f"expected host names separated by commas (name, name:port, [v6]:port or *), "
+                                  f"got {entry!r}", "dashboardAllowedHosts")
+        for attr in ("dashboard_sign_in_delay_after", "dashboard_sign_in_lock_after",
+                     "dashboard_sign_in_account_delay_after", "dashboard_sign_in_account_lock_after",
+                     "dashboard_sign_in_max_delay_seconds", "dashboard_sign_in_lock_seconds"):
+            if getattr(self, attr) <= 0:
+                raise ConfigError(f"must be greater than 0, got {getattr(self, attr)}", _ATTR_TO_KEY[attr])
+        for delay, lock in (("dashboard_sign_in_delay_after", "dashboard_sign_in_lock_after"),
+                            ("dashboard_sign_in_account_delay_after", "dashboard_sign_in_account_lock_after")):
+            if getattr(self, delay) > getattr(self, lock):
+                raise ConfigError(f"must not exceed {_ATTR_TO_KEY[lock]} ({getattr(self, lock)}), got "
+                                  f"{getattr(self, delay)}", _ATTR_TO_KEY[delay])
+
+
+_HOST_ENTRY = re.compile(r"\*|\[[0-9A-Fa-f:.]+\](:\d{1,5})?|[A-Za-z0-9_.-]+(:\d{1,5})?")
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:

@@ -142,11 +142,15 @@ class Authorizer:
             return None, "unknown accessKey or wrong secretKey"
         return Principal(account.access_key, account, bool(account.white_address(unmap_ipv4(remote_host)))), None
 
-    def principal_for(self, access_key: str) -> Principal | None:
+    def principal_for(self, access_key: str, remote_host: str | None = None) -> Principal | None:
         """The principal of an account already authenticated (a console session), with the current accounts:
-        None when the account was removed by a reload."""
+        None when the account was removed by a reload. From its ``whiteRemoteAddress`` (``remote_host``) it is
+        unchecked, as at sign-in (``authenticate_password``)."""
         account = self.config.accounts.get(access_key)
-        return Principal(account.access_key, account) if account is not None else None
+        if account is None:
+            return None
+        white = remote_host is not None and bool(account.white_address(unmap_ipv4(remote_host)))
+        return Principal(account.access_key, account, white)
 
     # ---- the decision ---------------------------------------------------------------------------------
     def decide(self, principal: Principal, needs: Needs, *, admin_only: bool = False,

@@ -2,7 +2,9 @@
 
 Owned by the broker: `start()` binds dashboardHost:dashboardPort and starts the counter history, `stop()` closes
 both. Every change is a POST/DELETE with a JSON body (a page of another site cannot send one without the browser
-asking first), allowed to admins only when ACL is on."""
+asking first), allowed to admins only when ACL is on. Every request must name the console by one of its own
+addresses in `Host` (broker/console/hosts.py: DNS rebinding); every read is filtered by the signed-in account's
+permissions (broker/console/access.py); failed sign-ins slow down and then lock out (broker/console/throttle.py)."""
 
 from __future__ import annotations
 
@@ -10,20 +12,22 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from broker.acl.authorizer import Authorizer
+from broker.console.access import ConsoleError, Viewer
 from broker.console.auth import SESSION_COOKIE, SESSION_TTL_S, ConsoleAuth
 from broker.console.history import CounterHistory, Sample, now_ms
-from broker.console.views import ConsoleError, ConsoleViews
+from broker.console.hosts import HostCheck
+from broker.console.throttle import SignInThrottle, ThrottlePolicy
+from broker.console.views import ConsoleViews
 from broker.log_limit import RateLimitedLog
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 _sign_in_failures = RateLimitedLog(log)  # per access key: a guessing client does not flood the log
+_refusals = RateLimitedLog(log)  # foreign Host headers and locked-out sign-ins, per address
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_REQUEST_BYTES = 64 * 1024
@@ -49,14 +53,21 @@ def _int_arg(request: web.Request, name: str, default: int | None = None) -> int
 
 
 class ConsoleServer:
-    """The console of one broker."""
+    """The console of one broker: `views` reads and changes it, `authorizer` (None: ACL off) signs in and decides
+    what each account sees, `allowed_hosts` are the extra names it answers (dashboardAllowedHosts) besides its own
+    (`host`, `port`, `broker_ip`), `sign_in` limits failed sign-ins per address and per account."""
 
-    def __init__(self, broker: "Broker", host: str, port: int, *, sample_interval_s: float = 10.0) -> None:
+    def __init__(self, views: ConsoleViews, authorizer: Authorizer | None, host: str, port: int, *,
+                 broker_ip: str | None = None, allowed_hosts: list[str] | tuple[str, ...] = (),
+                 sign_in: SignInThrottle | None = None, sample_interval_s: float = 10.0) -> None:
         self.host = host
         self.port = port
-        self.views = ConsoleViews(broker)
-        validator = broker.acl_validator
-        self.auth = ConsoleAuth((lambda: validator.config.accounts) if validator is not None else None)
+        self.views = views
+        self.auth = ConsoleAuth(authorizer)
+        self.broker_ip = broker_ip
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.hosts = HostCheck(host, port, broker_ip, self.allowed_hosts)  # rebuilt with the bound port at start
+        self.sign_in = sign_in or SignInThrottle(ThrottlePolicy(), ThrottlePolicy(20, 100))
         self.history = CounterHistory(self._sample, sample_interval_s)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -82,6 +93,7 @@ class ConsoleServer:
             host, port = sockets[0].getsockname()[:2]
             self.port = port
             self.bind_addr = f"{host}:{port}"
+            self.hosts = HostCheck(self.host, port, self.broker_ip, self.allowed_hosts)
         self._sampler = asyncio.get_running_loop().create_task(self.history.run(), name="console-history")
 
     async def stop(self) -> None:
@@ -124,11 +136,12 @@ class ConsoleServer:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Sign-in, admin-only changes, JSON errors and the security headers, for every request."""
+        """Host, sign-in, admin-only changes, JSON errors and the security headers, for every request."""
         try:
+            self._check_host(request)
             path = request.path
             if path.startswith("/api/") and path not in ("/api/session", "/api/login"):
-                session = self.auth.session(request.cookies.get(SESSION_COOKIE))
+                session = self.auth.session(request.cookies.get(SESSION_COOKIE), request.remote)
                 if session is None:
                     raise ConsoleError(401, "sign in with an account of the broker's ACL file")
                 if request.method not in ("GET", "HEAD"):
@@ -138,9 +151,11 @@ class ConsoleServer:
                         raise ConsoleError(403, f"account {session.access_key} is not an admin: it may look, "
                                                 "not change")
                 request["session"] = session
+                # taken now, before any await: the session object is shared by the account's other requests
+                request["viewer"] = Viewer(self.auth.authorizer, session.principal)
             response = await handler(request)
         except ConsoleError as exc:
-            response = web.json_response({"error": exc.message}, status=exc.status)
+            response = web.json_response({"error": exc.message}, status=exc.status, headers=exc.headers)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -150,6 +165,29 @@ class ConsoleServer:
             response = web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
         response.headers.update(_SECURITY_HEADERS)
         return response
+
+    def _check_host(self, request: web.Request) -> None:
+        """421 unless `Host` names this console (a re-pointed name of another site does not)."""
+        host = request.headers.get("Host")
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        local_ip = sockname[0] if isinstance(sockname, (tuple, list)) and sockname else None
+        if self.hosts.allows(host, local_ip):
+            return
+        _refusals.warning(("host", request.remote), "console: refused Host %r from %s (not one of this console's "
+                          "names; see dashboardAllowedHosts)", (host or "")[:100], request.remote)
+        shown = (host or "")[:100]
+        raise ConsoleError(421, f"this console does not answer to Host {shown!r}: open it by one of its own "
+                                f"addresses ({self.hosts.describe()}, port {self.port}), or add the name to "
+                                "dashboardAllowedHosts in broker.conf")
+
+    def _viewer(self, request: web.Request) -> Viewer:
+        """The account of a request the guard let through; a route it did not vet sees nothing when ACL is on."""
+        viewer = request.get("viewer")
+        if viewer is not None:
+            return viewer
+        if self.auth.enabled:
+            raise ConsoleError(401, "sign in with an account of the broker's ACL file")
+        return Viewer.operator()
 
     @staticmethod
     async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -172,7 +210,7 @@ class ConsoleServer:
         return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def _session(self, request: web.Request) -> web.Response:
-        session = self.auth.session(request.cookies.get(SESSION_COOKIE))
+        session = self.auth.session(request.cookies.get(SESSION_COOKIE), request.remote)
         return web.json_response({"aclEnabled": self.auth.enabled, "signedIn": session is not None,
                                   "accessKey": session.access_key if session else None,
                                   "admin": bool(session and session.admin)})
@@ -183,11 +221,20 @@ class ConsoleServer:
         if request.content_type != "application/json":
             raise ConsoleError(415, "sign-in is sent as application/json")
         body = await self._json_body(request)
-        granted = self.auth.login(str(body.get("accessKey") or ""), str(body.get("secretKey") or ""))
+        access_key = str(body.get("accessKey") or "")[:256]
+        # from here to the answer nothing awaits: the check, the secret and the count see one state
+        refusal = self.sign_in.check(request.remote, access_key)
+        if refusal is not None:  # the secret is not looked at: a locked-out guesser learns nothing
+            _refusals.warning(("sign-in-refused", request.remote), "console: sign-in for %r from %s refused: %s",
+                              access_key[:64], request.remote, refusal.message)
+            raise ConsoleError(429, refusal.message, {"Retry-After": str(refusal.retry_after_s)})
+        granted = self.auth.login(access_key, str(body.get("secretKey") or ""), request.remote or "")
         if granted is None:
-            _sign_in_failures.warning(("sign-in", str(body.get("accessKey"))[:64]),
-                                      "console: failed sign-in for %r from %s", body.get("accessKey"), request.remote)
+            self.sign_in.failed(request.remote, access_key)
+            _sign_in_failures.warning(("sign-in", access_key[:64]),
+                                      "console: failed sign-in for %r from %s", access_key[:64], request.remote)
             raise ConsoleError(401, "unknown access key or wrong secret key")
+        self.sign_in.succeeded(access_key)
         token, session = granted
         response = web.json_response({"signedIn": True, "accessKey": session.access_key, "admin": session.admin})
         response.set_cookie(SESSION_COOKIE, token, max_age=SESSION_TTL_S, httponly=True, samesite="Strict",
@@ -202,17 +249,18 @@ class ConsoleServer:
 
     # ---- overview -------------------------------------------------------------------------------
     async def _overview(self, request: web.Request) -> web.Response:
-        return web.json_response(self.views.overview())
+        return web.json_response(self.views.overview(self._viewer(request)))
 
     async def _rates(self, request: web.Request) -> web.Response:
+        self._viewer(request).require_admin("the broker-wide message rates (GET_BROKER_RUNTIME_INFO's figures)")
         return web.json_response({"intervalSeconds": self.history.interval_s, "points": self.history.broker_rates()})
 
     # ---- topics ---------------------------------------------------------------------------------
     async def _topics(self, request: web.Request) -> web.Response:
-        return web.json_response({"topics": self.views.topic_list(self.history.topic_rates())})
+        return web.json_response({"topics": self.views.topic_list(self.history.topic_rates(), self._viewer(request))})
 
     async def _topic(self, request: web.Request) -> web.Response:
-        return web.json_response(self.views.topic_detail(request.match_info["topic"]))
+        return web.json_response(self.views.topic_detail(request.match_info["topic"], self._viewer(request)))
 
     async def _save_topic(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
@@ -226,11 +274,11 @@ class ConsoleServer:
 
     # ---- groups ---------------------------------------------------------------------------------
     async def _groups(self, request: web.Request) -> web.Response:
-        return web.json_response({"groups": self.views.group_list()})
+        return web.json_response({"groups": self.views.group_list(self._viewer(request))})
 
     async def _group(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
-        detail = await self.views.group_detail(group)
+        detail = await self.views.group_detail(group, self._viewer(request))
         detail["lagHistory"] = self.history.lag_series(group)
         return web.json_response(detail)
 
@@ -241,22 +289,24 @@ class ConsoleServer:
             timestamp = int(body.get("timestamp"))
         except (TypeError, ValueError):
             raise ConsoleError(400, "timestamp must be milliseconds since the epoch (or -1 for the end)") from None
-        result = await self.views.reset_offset(request.match_info["group"], topic, timestamp, self._caller(request))
+        result = await self.views.reset_offset(request.match_info["group"], topic, timestamp, self._caller(request),
+                                                self._viewer(request))
         return web.json_response(result)
 
     # ---- messages -------------------------------------------------------------------------------
     async def _search(self, request: web.Request) -> web.Response:
         q = request.query
+        viewer = self._viewer(request)
         topic = q.get("topic", "").strip()
         if q.get("id"):
-            return web.json_response({"messages": self.views.by_id(q["id"], topic or None), "truncated": False})
+            return web.json_response({"messages": self.views.by_id(q["id"], topic or None, viewer), "truncated": False})
         if q.get("key"):
-            return web.json_response({"messages": self.views.by_key(topic, q["key"]), "truncated": False})
+            return web.json_response({"messages": self.views.by_key(topic, q["key"], viewer), "truncated": False})
         if topic:
             now = int(time.time() * 1000)
             begin = _int_arg(request, "begin", now - 3600_000)
             end = _int_arg(request, "end", now)
-            return web.json_response(self.views.by_time(topic, begin, end))
+            return web.json_response(self.views.by_time(topic, begin, end, viewer))
         raise ConsoleError(400, "search by id (id=...), by key (topic=...&key=...) or by time "
                                 "(topic=...&begin=...&end=...)")
 
@@ -265,17 +315,17 @@ class ConsoleServer:
             offset = int(request.match_info["offset"])
         except ValueError:
             raise ConsoleError(400, "a message is named by its commit-log offset (a whole number)") from None
-        return web.json_response(self.views.message_detail(offset))
+        return web.json_response(self.views.message_detail(offset, self._viewer(request)))
 
     # ---- dead letters ---------------------------------------------------------------------------
     async def _dlq(self, request: web.Request) -> web.Response:
-        return web.json_response(self.views.dead_letters(request.match_info["group"]))
+        return web.json_response(self.views.dead_letters(request.match_info["group"], self._viewer(request)))
 
     async def _resend(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
         body = await self._json_body(request)
         if body.get("all") is True:
-            offsets = self.views.all_dead_letter_offsets(group)
+            offsets = self.views.all_dead_letter_offsets(group, self._viewer(request))
         else:
             raw = body.get("offsets")
             if not isinstance(raw, list) or not raw or not all(isinstance(o, int) for o in raw):

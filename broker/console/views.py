@@ -2,6 +2,8 @@
 
 Reads are bounded (a search returns at most `limit` messages and examines a bounded number of queue entries), so a
 page never holds the event loop for long. Changes go through the broker's request handlers (broker/processors/inprocess.py).
+Every read takes the request's ``Viewer`` (broker/console/access.py): listings leave out what its account may not
+see, a direct read of it answers 403 (ACL off: everything, as before).
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ import base64
 import json
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+from broker.acl.accounts import SUB, group_resource
+from broker.console.access import ConsoleError, Viewer, topic_need
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.subscription_group import SYSTEM_GROUPS
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
@@ -20,8 +26,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record, iter_records
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
+__all__ = ["BrokerFacts", "ConsoleError", "ConsoleViews", "body_views", "record_summary", "topic_kind"]
 
 SEARCH_LIMIT = 64  # messages one search returns at most
 SCAN_LIMIT = 20_000  # queue entries one time-range search examines at most
@@ -31,15 +36,6 @@ MAX_BODY_SHOWN = 256 * 1024
 _COMPRESSED = 0x1
 _SYSTEM_TOPICS = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                   "TRANS_CHECK_MAX_TIME_TOPIC", "TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT")
-
-
-class ConsoleError(Exception):
-    """A request the console cannot serve: an HTTP status and a message for the page."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def topic_kind(topic: str, own_names: tuple[str, ...] = ()) -> str:
@@ -99,23 +95,42 @@ def record_summary(record: MessageRecord) -> dict[str, Any]:
     }
 
 
-class ConsoleViews:
-    """The console's data, computed from `broker`'s managers and store (no second client)."""
+@dataclass(frozen=True, slots=True)
+class BrokerFacts:
+    """What the overview says about this broker: its identity, its runtime figures (GET_BROKER_RUNTIME_INFO's) and
+    the embedded name server's routes (None without one)."""
 
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.offsets = broker.consumer_offset_manager
-        self.consumers = broker.consumer_manager
-        self.own_topics = (broker.config.broker_cluster_name, broker.config.broker_name)
+    cluster: str
+    name: str
+    broker_id: int
+    addr: str
+    role: str
+    store_path: str
+    flush_disk_type: str
+    runtime_info: Callable[[], dict[str, Any]]
+    route_info: Any = None
+
+
+class ConsoleViews:
+    """The console's data, computed from the broker's managers and store (no second client); changes run through
+    the broker's request handlers (`dispatch_table`)."""
+
+    def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, consumers: Any,
+                 dispatch_table: dict[int, Any], facts: BrokerFacts) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.consumers = consumers
+        self.dispatch_table = dispatch_table
+        self.facts = facts
+        self.own_topics = (facts.cluster, facts.name)
 
     # ---- helpers --------------------------------------------------------------------------------
     async def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
                    caller: str = "console") -> Any:
         try:
-            return await call_handler(self.broker.dispatch_table, code, fields, body, caller=caller)
+            return await call_handler(self.dispatch_table, code, fields, body, caller=caller)
         except AdminCallError as exc:
             raise ConsoleError(400 if exc.code != ResponseCode.SYSTEM_ERROR else 500,
                                f"{exc.remark} (code {exc.code})") from None
@@ -142,34 +157,41 @@ class ConsoleViews:
             return None
 
     # ---- overview -------------------------------------------------------------------------------
-    def overview(self) -> dict[str, Any]:
-        broker = self.broker
-        info = broker.processors["admin"].runtime_info()
-        cfg = broker.config
+    def overview(self, viewer: Viewer) -> dict[str, Any]:
+        """The broker-wide figures (runtime, counts, store) only for admin accounts, as GET_BROKER_RUNTIME_INFO;
+        the others see who this broker is and the cluster's brokers (what a route query tells anyone)."""
+        facts = self.facts
+        info = facts.runtime_info()
         brokers = []
-        namesrv = getattr(broker, "namesrv", None)
-        if namesrv is not None:
-            for cluster, names in sorted(namesrv.route_info.cluster_addr_table.items()):
+        routes = facts.route_info
+        if routes is not None:
+            for cluster, names in sorted(routes.cluster_addr_table.items()):
                 for name in sorted(names):
-                    data = namesrv.route_info.broker_addr_table.get(name)
+                    data = routes.broker_addr_table.get(name)
                     addrs = getattr(data, "broker_addrs", {}) if data is not None else {}
                     for broker_id, addr in sorted(addrs.items()):
                         brokers.append({"cluster": cluster, "brokerName": name, "brokerId": broker_id,
                                         "addr": addr})
         if not brokers:
-            brokers.append({"cluster": cfg.broker_cluster_name, "brokerName": cfg.broker_name,
-                            "brokerId": cfg.broker_id, "addr": cfg.broker_addr})
-        return {
-            "brokerName": cfg.broker_name,
-            "clusterName": cfg.broker_cluster_name,
-            "brokerAddr": cfg.broker_addr,
-            "brokerRole": cfg.broker_role,
+            brokers.append({"cluster": facts.cluster, "brokerName": facts.name, "brokerId": facts.broker_id,
+                            "addr": facts.addr})
+        identity = {
+            "brokerName": facts.name,
+            "clusterName": facts.cluster,
+            "brokerAddr": facts.addr,
+            "brokerRole": facts.role,
             "version": info.get("brokerVersionDesc"),
             "bootTimestamp": info.get("bootTimestamp"),
             "uptimeSeconds": max(0, int(time.time() - (info.get("bootTimestamp") or 0) / 1000)),
+            "brokers": brokers,
+            "restricted": not viewer.admin,
+        }
+        if not viewer.admin:
+            return identity
+        return identity | {
             "runtime": info.get("runtime"),
-            "storePath": cfg.store_path_root_dir,
-            "flushDiskType": cfg.flush_disk_type,
+            "storePath": facts.store_path,
+            "flushDiskType": facts.flush_disk_type,
             "diskUsedRatio": info.get("commitLogDiskRatio"),
             "commitLogMinOffset": info.get("commitLogMinOffset"),
             "commitLogMaxOffset": info.get("commitLogMaxOffset"),
@@ -178,15 +200,16 @@ class ConsoleViews:
             "topicCount": info.get("topicCount"),
             "consumerGroupCount": info.get("consumerGroupCount"),
             "connectionCount": info.get("connectionCount"),
-            "brokers": brokers,
         }
 
     # ---- topics ---------------------------------------------------------------------------------
-    def topic_list(self, rates: dict[str, float]) -> list[dict[str, Any]]:
+    def topic_list(self, rates: dict[str, float], viewer: Viewer) -> list[dict[str, Any]]:
+        """The topics whose statistics the account may see (PUB or SUB)."""
         out = []
+        every = viewer.sees_everything
         for name in sorted(self.topics.topic_names()):
             config = self.topics.get(name)
-            if config is None:
+            if config is None or not (every or viewer.may_see_topic(name)):
                 continue
             out.append({"topic": name, "kind": topic_kind(name, self.own_topics),
                         "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
@@ -194,24 +217,25 @@ class ConsoleViews:
                         "messages": self.stored_count(name), "inPerSecond": round(rates.get(name, 0.0), 2)})
         return out
 
-    def topic_detail(self, topic: str) -> dict[str, Any]:
+    def topic_detail(self, topic: str, viewer: Viewer) -> dict[str, Any]:
+        viewer.require_topic(topic, f"reading topic {topic}")
         config = self.topics.get(topic)
         if config is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
         store = self.store
-        cfg = self.broker.config
+        facts = self.facts
         queues = []
         for queue_id in self._queue_ids(topic):
             max_offset = store.get_max_offset(topic, queue_id)
             last = store.get_message_store_time(topic, queue_id, max_offset - 1) if max_offset > 0 else 0
             queues.append({"queueId": queue_id, "minOffset": store.get_min_offset(topic, queue_id),
                            "maxOffset": max_offset, "lastUpdateTimestamp": max(0, last)})
-        groups = sorted(g for g in self._groups_of_topic(topic))
+        groups = sorted(g for g in self._groups_of_topic(topic) if viewer.may_see_group(g))
         return {"topic": topic, "kind": topic_kind(topic, self.own_topics),
                 "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
                 "perm": config.perm, "order": config.order,
                 "topicFilterType": config.topic_filter_type, "queues": queues, "consumerGroups": groups,
-                "route": [{"brokerName": cfg.broker_name, "addr": cfg.broker_addr,
+                "route": [{"brokerName": facts.name, "addr": facts.addr,
                            "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
                            "perm": config.perm}]}
 
@@ -274,9 +298,13 @@ class ConsoleViews:
             topics.update(info.subscriptions)
         return {t for t in topics if self.topics.get(t) is not None}
 
-    def group_list(self) -> list[dict[str, Any]]:
+    def group_list(self, viewer: Viewer) -> list[dict[str, Any]]:
+        """The groups the account may use (SUB on the group): their lag, retry and dead-letter counts."""
         out = []
+        every = viewer.sees_everything
         for group in self._group_names():
+            if not (every or viewer.may_see_group(group)):
+                continue
             info = self.consumers.get_group(group)
             out.append({"group": group, "online": len(info.clients) if info is not None else 0,
                         "messageModel": info.message_model if info is not None else None,
@@ -289,7 +317,8 @@ class ConsoleViews:
                         "system": group in SYSTEM_GROUPS})
         return out
 
-    async def group_detail(self, group: str) -> dict[str, Any]:
+    async def group_detail(self, group: str, viewer: Viewer) -> dict[str, Any]:
+        viewer.require_group(group, f"reading consumer group {group}")
         if group not in self._group_names():
             raise ConsoleError(404, f"consumer group {group} is not known to this broker")
         clients: list[dict[str, Any]] = []
@@ -321,11 +350,15 @@ class ConsoleViews:
                 "retryMaxTimes": config.retry_max_times if config is not None else None,
                 "topics": sorted({q["topic"] for q in queues})}
 
-    async def reset_offset(self, group: str, topic: str, timestamp_ms: int, caller: str) -> dict[str, Any]:
+    async def reset_offset(self, group: str, topic: str, timestamp_ms: int, caller: str,
+                           viewer: Viewer) -> dict[str, Any]:
         """Move `group`'s offsets on `topic` to the first message stored at or after `timestamp_ms`.
 
         Online consumers are told through INVOKE_BROKER_TO_RESET_OFFSET (they drop their queues and resume from
-        the new offsets); for a group with nobody online the committed offsets are written directly."""
+        the new offsets); for a group with nobody online the committed offsets are written directly. An admin
+        account, with SUB on the group and the topic (what INVOKE_BROKER_TO_RESET_OFFSET needs)."""
+        viewer.require([(group_resource(group), SUB), topic_need(topic, SUB)],
+                       f"resetting the offsets of group {group} on topic {topic}", admin_only=True)
         if self.topics.get(topic) is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
         fields = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": "true"}
@@ -336,8 +369,11 @@ class ConsoleViews:
                 "consumersTold": int((response.ext_fields or {}).get("online") or 0)}
 
     # ---- messages -------------------------------------------------------------------------------
-    def by_id(self, msg_id: str, topic: str | None) -> list[dict[str, Any]]:
+    def by_id(self, msg_id: str, topic: str | None, viewer: Viewer) -> list[dict[str, Any]]:
+        """The message(s) of an offset id or UNIQ_KEY, among the topics whose messages the account may read."""
         msg_id = msg_id.strip()
+        if topic:
+            viewer.require_topic_read(topic, f"searching topic {topic}")
         found: list[MessageRecord] = []
         try:
             _, _, phys = decode_offset_msg_id(msg_id)
@@ -345,10 +381,11 @@ class ConsoleViews:
             phys = -1
         if phys >= 0:
             record = self._look(phys)
-            if record is not None:
+            if record is not None and viewer.may_read_topic(record.topic):
                 found.append(record)
         if not found:
-            topics = [topic] if topic else [t for t in self.topics.topic_names() if topic_kind(t) != "system"]
+            topics = [topic] if topic else [t for t in self.topics.topic_names()
+                                            if topic_kind(t) != "system" and viewer.may_read_topic(t)]
             for name in topics[:2000]:
                 found.extend(self._query(name, msg_id, SEARCH_LIMIT))
                 if len(found) >= SEARCH_LIMIT:
@@ -364,13 +401,16 @@ class ConsoleViews:
                 continue
         return out
 
-    def by_key(self, topic: str, key: str) -> list[dict[str, Any]]:
+    def by_key(self, topic: str, key: str, viewer: Viewer) -> list[dict[str, Any]]:
         if not topic or not key:
             raise ConsoleError(400, "a key search needs both a topic and a key")
+        viewer.require_topic_read(topic, f"searching topic {topic}")
         return [record_summary(r) for r in self._query(topic, key.strip(), SEARCH_LIMIT)]
 
-    def by_time(self, topic: str, begin_ms: int, end_ms: int, limit: int = SEARCH_LIMIT) -> dict[str, Any]:
+    def by_time(self, topic: str, begin_ms: int, end_ms: int, viewer: Viewer,
+                limit: int = SEARCH_LIMIT) -> dict[str, Any]:
         """Messages of `topic` stored in [begin_ms, end_ms], oldest first per queue, at most `limit`."""
+        viewer.require_topic_read(topic, f"searching topic {topic}")
         if self.topics.get(topic) is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
         if end_ms < begin_ms:
@@ -406,19 +446,22 @@ class ConsoleViews:
         out.sort(key=lambda r: (r.store_timestamp, r.queue_id, r.queue_offset))
         return {"messages": [record_summary(r) for r in out], "truncated": truncated}
 
-    def message_detail(self, commit_log_offset: int) -> dict[str, Any]:
+    def message_detail(self, commit_log_offset: int, viewer: Viewer) -> dict[str, Any]:
+        """One message, if the account may read its topic (VIEW_MESSAGE_BY_ID's rule: SUB on the record's topic)."""
         record = self._look(commit_log_offset)
         if record is None:
             raise ConsoleError(404, f"no message at commit-log offset {commit_log_offset}")
+        viewer.require_topic_read(record.topic, f"reading the message at commit-log offset {commit_log_offset}")
         detail = record_summary(record)
         detail.update(properties=dict(sorted(record.properties.items())), body=body_views(record),
                       sysFlag=record.sys_flag, flag=record.flag, bornHost="%s:%d" % record.born_host,
                       storeHost="%s:%d" % record.store_host, bodyCrc=record.body_crc,
-                      history=self.retry_history(record))
+                      history=self.retry_history(record, viewer))
         return detail
 
-    def retry_history(self, record: MessageRecord) -> list[dict[str, Any]]:
-        """The copies of this message in retry, schedule and dead-letter topics (same UNIQ_KEY), oldest first."""
+    def retry_history(self, record: MessageRecord, viewer: Viewer) -> list[dict[str, Any]]:
+        """The copies of this message in retry, schedule and dead-letter topics (same UNIQ_KEY), oldest first;
+        only copies in topics the account may read."""
         uniq = record.uniq_key
         if not uniq:
             return []
@@ -430,6 +473,8 @@ class ConsoleViews:
             topics += [RETRY_GROUP_TOPIC_PREFIX + group, DLQ_GROUP_TOPIC_PREFIX + group]
         seen: dict[int, MessageRecord] = {}
         for topic in topics:
+            if not viewer.may_read_topic(topic):
+                continue
             for copy in self._query(topic, uniq, 32):
                 seen[copy.physical_offset] = copy
         history = []
@@ -444,8 +489,11 @@ class ConsoleViews:
         return history
 
     # ---- dead letters ---------------------------------------------------------------------------
-    def dead_letters(self, group: str, limit: int = DLQ_LIMIT) -> dict[str, Any]:
+    def dead_letters(self, group: str, viewer: Viewer, limit: int = DLQ_LIMIT) -> dict[str, Any]:
+        """The group's dead letters: SUB on the group and on its %DLQ% topic (what pulling them needs)."""
         topic = DLQ_GROUP_TOPIC_PREFIX + group
+        viewer.require([(group_resource(group), SUB), topic_need(topic, SUB)],
+                       f"reading the dead letters of group {group}")
         store = self.store
         out: list[MessageRecord] = []
         total = self.stored_count(topic)
@@ -482,6 +530,6 @@ class ConsoleViews:
                 results.append({"commitLogOffset": offset, "ok": False, "error": exc.message})
         return results
 
-    def all_dead_letter_offsets(self, group: str) -> list[int]:
-        return [m["commitLogOffset"] for m in self.dead_letters(group, limit=10_000)["messages"]]
+    def all_dead_letter_offsets(self, group: str, viewer: Viewer) -> list[int]:
+        return [m["commitLogOffset"] for m in self.dead_letters(group, viewer, limit=10_000)["messages"]]
 

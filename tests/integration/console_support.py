@@ -8,8 +8,10 @@ import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from http.client import HTTPConnection
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
@@ -72,6 +74,35 @@ def http(base: str, path: str, body: dict | None = None, *, method: str | None =
         status, raw, headers = exc.code, exc.read(), exc.headers
     set_cookie = headers.get("Set-Cookie")
     return status, json.loads(raw or b"null"), set_cookie.split(";", 1)[0] if set_cookie else None
+
+
+def http_at(base: str, path: str, body: dict | None = None, *, method: str | None = None,
+            cookie: str | None = None, source: str | None = None,
+            host: str | None = None) -> tuple[int, dict, str | None, dict[str, str]]:
+    """One console request sent from the loopback address `source` (127.0.0.2, ...: another client address) and
+    with `Host: host` when given; (status, JSON answer, session cookie set, response headers)."""
+    parts = urllib.parse.urlsplit(base)
+    conn = HTTPConnection(parts.hostname, parts.port, timeout=10,
+                          source_address=(source, 0) if source else None)
+    try:
+        headers = {"Host": host} if host is not None else {}
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if cookie:
+            headers["Cookie"] = cookie
+        conn.request(method or ("GET" if body is None else "POST"), path, body=data, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        answer_headers = {k: v for k, v in response.getheaders()}
+        set_cookie = response.getheader("Set-Cookie")
+        try:
+            answer = json.loads(raw or b"null")
+        except ValueError:
+            answer = {"text": raw.decode("utf-8", "replace")}
+        return response.status, answer, set_cookie.split(";", 1)[0] if set_cookie else None, answer_headers
+    finally:
+        conn.close()
 
 
 def chromium_paths() -> tuple[str, str]:

@@ -197,13 +197,15 @@ async def test_with_acl_everyone_signs_in_and_only_admins_change_things(broker_f
                                                                              "secretKey": "app_secret01"})
     assert status == 200 and answer == {"signedIn": True, "accessKey": "app_key01", "admin": False} and app
     status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", cookie=app)
-    assert status == 200 and any(t["topic"] == "TBW102" for t in answer["topics"])
+    assert status == 200 and not any(t["topic"] == "TBW102" for t in answer["topics"])  # DENY by default
     status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", {"topic": "AclMade", "readQueueNums": 1,
                                                                            "writeQueueNums": 1, "perm": 6}, cookie=app)
     assert status == 403 and "app_key01 is not an admin" in answer["error"]
     status, answer, admin = await asyncio.to_thread(http, base, "/api/login", {"accessKey": "broker_admin",
                                                                                "secretKey": "admin-secret-1"})
     assert status == 200 and answer["admin"] is True
+    status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", cookie=admin)
+    assert status == 200 and any(t["topic"] == "TBW102" for t in answer["topics"])
     status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", {"topic": "AclMade", "readQueueNums": 1,
                                                                            "writeQueueNums": 1, "perm": 6},
                                                 cookie=admin)

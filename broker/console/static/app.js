@@ -112,7 +112,16 @@ function adminOnly(html) { return session.admin ? html : ""; }
 
 // ---- pages --------------------------------------------------------------------------------------
 async function overviewPage() {
-  const [o, rates] = await Promise.all([api("overview"), api("rates")]);
+  const [o, rates] = await Promise.all([api("overview"), session.admin ? api("rates") : null]);
+  if (o.restricted) {  // not an admin: the broker-wide figures are not shown (as GET_BROKER_RUNTIME_INFO)
+    return `<h1>Overview</h1>` + cards([
+      ["Broker", o.brokerName, "ov-broker"], ["Cluster", o.clusterName], ["Address", o.brokerAddr],
+      ["Role", o.brokerRole], ["Version", o.version, "ov-version"], ["Uptime", duration(o.uptimeSeconds)],
+    ]) + `<p class="muted" id="ov-restricted">Broker-wide figures are shown to admin accounts; the topics and groups
+      pages list what this account may use.</p><h2>Brokers</h2>` +
+      table([{ label: "Cluster", key: "cluster" }, { label: "Broker", key: "brokerName" },
+        { label: "Id", key: "brokerId", num: true }, { label: "Address", key: "addr" }], o.brokers, "", "brokers");
+  }
   const last = rates.points.length ? rates.points[rates.points.length - 1] : { in: 0, out: 0 };
   return `<h1>Overview</h1>` + cards([
     ["Broker", o.brokerName, "ov-broker"], ["Cluster", o.clusterName], ["Address", o.brokerAddr],
