@@ -19,6 +19,7 @@ from typing import Any
 from broker.acl.accounts import SUB, group_resource
 from broker.console.access import ConsoleError, Viewer, topic_need
 from broker.processors.inprocess import AdminCallError, call_handler
+from broker.managers.consumer_manager import group_topics
 from broker.managers.subscription_group import SYSTEM_GROUPS
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetBody
@@ -280,10 +281,11 @@ class ConsoleViews:
         names = {key.rpartition("@")[2] for key in self.offsets.offset_table} | set(self.consumers.groups)
         return sorted(n for n in names if n and n not in SYSTEM_GROUPS)
 
-    def group_lag(self, group: str) -> int:
+    def group_lag(self, group: str, viewer: Viewer | None = None) -> int:
+        """The group's lag over its topics (those ``viewer`` may read, when given)."""
         lag = 0
         store = self.store
-        for topic in self._group_topics(group):
+        for topic in self._group_topics(group, viewer):
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 continue
             for queue_id in self._queue_ids(topic):
@@ -291,12 +293,12 @@ class ConsoleViews:
                 lag += max(0, store.get_max_offset(topic, queue_id) - max(0, committed))
         return lag
 
-    def _group_topics(self, group: str) -> set[str]:
-        topics = set(self.offsets.topics_of_group(group))
-        info = self.consumers.get_group(group)
-        if info is not None:
-            topics.update(info.subscriptions)
-        return {t for t in topics if self.topics.get(t) is not None}
+    def _group_topics(self, group: str, viewer: Viewer | None = None) -> set[str]:
+        """The group's topics on this broker; with ``viewer``, only those it may read (a group-wide statistic needs
+        SUB on each topic, as GET_CONSUME_STATS does over remoting)."""
+        every = viewer is None or viewer.sees_everything
+        return {t for t in group_topics(self.offsets, self.consumers, group)
+                if self.topics.get(t) is not None and (every or viewer.may_read_topic(t))}
 
     def group_list(self, viewer: Viewer) -> list[dict[str, Any]]:
         """The groups the account may use (SUB on the group): their lag, retry and dead-letter counts."""
@@ -309,9 +311,9 @@ class ConsoleViews:
             out.append({"group": group, "online": len(info.clients) if info is not None else 0,
                         "messageModel": info.message_model if info is not None else None,
                         "consumeType": info.consume_type if info is not None else None,
-                        "topics": sorted(t for t in self._group_topics(group)
+                        "topics": sorted(t for t in self._group_topics(group, viewer)
                                          if not t.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                        "lag": self.group_lag(group),
+                        "lag": self.group_lag(group, viewer),
                         "retry": self.stored_count(RETRY_GROUP_TOPIC_PREFIX + group),
                         "dlq": self.stored_count(DLQ_GROUP_TOPIC_PREFIX + group),
                         "system": group in SYSTEM_GROUPS})
@@ -331,7 +333,8 @@ class ConsoleViews:
                         "version": c.version} for c in connection.connection_set]
             subscriptions = [{"topic": topic, "expression": getattr(sub, "sub_string", "*"),
                               "type": getattr(sub, "expression_type", "TAG")}
-                             for topic, sub in sorted(connection.subscription_table.items())]
+                             for topic, sub in sorted(connection.subscription_table.items())
+                             if viewer.sees_everything or viewer.may_read_topic(topic)]
             model, consume_type = connection.message_model, connection.consume_type
         except ConsoleError:
             pass  # not online
@@ -339,7 +342,8 @@ class ConsoleViews:
         queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
                    "brokerOffset": w.broker_offset, "consumerOffset": w.consumer_offset, "lag": w.lag,
                    "lastTimestamp": w.last_timestamp}
-                  for mq, w in sorted(stats.offset_table.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))]
+                  for mq, w in sorted(stats.offset_table.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
+                  if viewer.sees_everything or viewer.may_read_topic(mq.topic)]
         config = self.groups.find(group)
         return {"group": group, "clients": clients, "subscriptions": subscriptions, "messageModel": model,
                 "consumeType": consume_type, "queues": queues,

@@ -171,6 +171,13 @@ async def _sub_only_account(base: str, client: WireClient) -> None:
     assert status == 200 and message["body"]["text"] == "open payload 1"
     status, group = await as_reader("/api/groups/public-group")
     assert status == 200 and group["lag"] == 2 and [c["clientId"] for c in group["clients"]] == ["public-group@1"]
+    # the group also has an offset on Secret: the reader's view of the group leaves that topic (and its lag) out
+    await admin_request(client, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "public-group", "topic": "Secret",
+                                                            "queueId": "0", "commitOffset": "0"})
+    status, group = await as_reader("/api/groups/public-group")
+    assert status == 200 and group["lag"] == 2 and "Secret" not in group["topics"], group
+    status, groups = await as_reader("/api/groups")
+    assert [(g["topics"], g["lag"]) for g in groups["groups"]] == [(["Public"], 2)], groups
     status, dlq = await as_reader("/api/dlq/public-group")
     assert status == 200 and [m["bodyPreview"] for m in dlq["messages"]] == ["open dead letter"]
 
@@ -183,6 +190,8 @@ async def _sub_only_account(base: str, client: WireClient) -> None:
     assert status == 200 and message["body"]["text"] == "classified payload 1"
     status, found = await as_admin(f"/api/messages?id={secret['dead_uniq']}")
     assert status == 200 and [m["topic"] for m in found["messages"]] == ["%DLQ%secret-group"]
+    status, group = await as_admin("/api/groups/public-group")
+    assert status == 200 and "Secret" in group["topics"] and group["lag"] == 5, group
     status, group = await as_admin("/api/groups/secret-group")
     assert status == 200 and group["lag"] == 2 and [c["clientId"] for c in group["clients"]] == ["secret-group@1"]
     status, dlq = await as_admin("/api/dlq/secret-group")
