@@ -22,7 +22,7 @@ from broker.acl.authorizer import ANY_ACCESS, Needs
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "RecordTopics", "needed_resources"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "RecordTopics", "needed_resources", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -58,6 +58,9 @@ class RecordTopics(Protocol):
 def _topic_resource(topic: str, perm: int) -> tuple[str, int]:
     # A retry topic is its group's resource; reading or writing it needs SUB on the group.
     return (topic, SUB) if topic.startswith(RETRY_GROUP_PREFIX) else (topic, perm)
+
+
+topic_resource = _topic_resource  # the same rule for the gRPC endpoint's table (broker/grpc/access.py)
 
 
 def _send(request: Any, _records: RecordTopics | None) -> Needs:
