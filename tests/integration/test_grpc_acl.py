@@ -314,3 +314,60 @@ async def test_a_forged_receipt_handle_reaches_no_other_topics_record(acl_grpc, 
         assert await stored(acl_grpc.addr, "%DLQ%shop") == [b"an order"]
     finally:
         await pop.close()
+
+
+# ---- the official SDK signs within the tolerance ------------------------------------------------------------
+SDK_SIGNED = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+port, ak, sk = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+config = lambda: ClientConfiguration(f"127.0.0.1:{port}", Credentials(ak, sk), request_timeout=5)
+out = {"sent": [], "received": [], "error": None}
+producer = Producer(config(), ("Orders",))
+try:
+    producer.startup()
+    for i in range(3):
+        message = Message()
+        message.topic, message.body, message.tag = "Orders", f"sdk {i}".encode(), "TagA"
+        out["sent"].append(producer.send(message).message_id)
+    consumer = SimpleConsumer(config(), "shop", {"Orders": FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    deadline = time.monotonic() + 30
+    while len(out["received"]) < 3 and time.monotonic() < deadline:
+        for m in consumer.receive(16, 15):
+            out["received"].append(m.body.decode())
+            consumer.ack(m)
+    consumer.shutdown()
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+finally:
+    producer.shutdown()
+print("OUT " + json.dumps(out), flush=True)
+"""
+
+
+def _run_signed_sdk(port: int, creds: tuple[str, str]) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    # the 5.x Python SDK writes x-mq-date-time from local time with a 'Z': it must run in UTC (README, Security)
+    env = dict(os.environ, TZ="UTC")
+    proc = subprocess.run([sys.executable, "-c", SDK_SIGNED, str(port), *creds], capture_output=True, text=True,
+                          timeout=120, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("OUT ")), None)
+    assert line is not None, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(line[4:])
+
+
+async def test_the_python_sdk_with_credentials_sends_and_receives(acl_grpc):
+    """Control: the official 5.x SDK's signatures (fresh x-mq-date-time per call) pass the timed check, for
+    producing, Telemetry settings, heartbeats, receiving, acking and ending its sessions; a wrong secret does not."""
+    await admin_setup(acl_grpc.addr, "Orders")
+    out = await asyncio.to_thread(_run_signed_sdk, acl_grpc.grpc_port, SHOP)
+    assert out["error"] is None, out
+    assert len(out["sent"]) == 3 and sorted(out["received"]) == ["sdk 0", "sdk 1", "sdk 2"]
+    refused = await asyncio.to_thread(_run_signed_sdk, acl_grpc.grpc_port, (SHOP[0], "not-the-secret"))
+    assert refused["sent"] == [] and refused["error"], refused
