@@ -15,7 +15,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from broker.grpc.access import GrpcAccess, metadata_value
+from broker.grpc.access import Caller, GrpcAccess, metadata_value
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestamp
 from broker.grpc.consumer import ConsumerRpcs
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
@@ -149,7 +149,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         finally:
             stream.close()
 
-    def _stream_refusal(self, caller: Any, command: spb.TelemetryCommand, context: Any) -> pb.Status | None:
+    def _stream_refusal(self, caller: Caller | None, command: spb.TelemetryCommand,
+                        context: Any) -> pb.Status | None:
         if self.access.enabled and caller is None:
             return status(pb.UNAUTHORIZED, "the account that opened this stream was removed from the ACL file")
         return self.access.decide(caller, "Telemetry", command, context)
