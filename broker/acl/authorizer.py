@@ -113,7 +113,7 @@ class Authorizer:
             return None, f"Check signature failed for accessKey={access_key}"
         return Principal(account.access_key, account), None
 
-    def authenticate_timed(self, access_key: str, signature_hex: str, date_time: str, remote_host: str,
+    def authenticate_timed(self, access_key: str | None, signature_hex: str, date_time: str, remote_host: str,
                            now: float | None = None, what: str = "the call") -> tuple[Principal | None, str | None]:
         """A gRPC call: ``signature_hex`` = HMAC-SHA1(secret, ``date_time``) and ``date_time`` close to now."""
         config = self.config

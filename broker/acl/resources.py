@@ -23,7 +23,8 @@ from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups", "RecordTopics", "needed_resources"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups", "RecordTopics", "needed_resources",
+           "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -72,13 +73,15 @@ class BrokerLookups:
         return group_topics(self._offsets, self._consumers, group)
 
 
-def _topic_resource(topic: str, perm: int) -> tuple[str, int]:
-    # A retry topic is its group's resource; reading or writing it needs SUB on the group.
+def topic_resource(topic: str, perm: int) -> tuple[str, int]:
+    """(topic, perm), except that a retry topic is its group's resource (shared with broker/grpc/access.py)."""
     return (topic, SUB) if topic.startswith(RETRY_GROUP_PREFIX) else (topic, perm)
 
 
+
+
 def _send(request: Any, _records: RecordTopics | None) -> Needs:
-    return [_topic_resource(request.topic, PUB)]
+    return [topic_resource(request.topic, PUB)]
 
 
 def _pull(request: Any, _records: RecordTopics | None) -> Needs:
@@ -126,7 +129,7 @@ def _record_needs(records: RecordTopics | None, offset: int | None, perm: int, r
     topic = record.topic
     if real_topic:
         topic = record.properties.get(_PROP_REAL_TOPIC) or topic
-    return [_topic_resource(topic, perm)]
+    return [topic_resource(topic, perm)]
 
 
 def _view_message(request: Any, records: RecordTopics | None) -> Needs:
@@ -163,7 +166,7 @@ def _consume_stats(request: Any, records: RecordTopics | None) -> Needs:
     if request.topic or records is None:
         return _group_topic(request.consumer_group, request.topic)
     needs = _group_topic(request.consumer_group, None)
-    needs += [_topic_resource(topic, SUB) for topic in sorted(records.group_topics(request.consumer_group))]
+    needs += [topic_resource(topic, SUB) for topic in sorted(records.group_topics(request.consumer_group))]
     return needs
 
 
@@ -176,14 +179,14 @@ def _heart_beat(request: Any, _records: RecordTopics | None) -> Needs:
             needs.append((group_resource(consumer.group_name), SUB))
         for subscription in consumer.subscriptions:
             if subscription.topic:
-                needs.append(_topic_resource(subscription.topic, SUB))
+                needs.append(topic_resource(subscription.topic, SUB))
     return needs
 
 
 def _lock_batch(request: Any, _records: RecordTopics | None) -> Needs:
     needs: Needs = [(group_resource(request.consumer_group), SUB)] if request.consumer_group else []
     for queue in request.mq_set:
-        need = _topic_resource(queue.topic, SUB)
+        need = topic_resource(queue.topic, SUB)
         if need not in needs:
             needs.append(need)
     return needs

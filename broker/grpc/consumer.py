@@ -38,25 +38,21 @@ def to_message(delivery: Delivery) -> pb.Message:
 
 
 class ConsumerRpcs:
-    """The consumer half of MessagingService. `settings_of(client_id)` gives a client's last Settings;
-    `refusal(context, topic, group)` the ACL answer (None = allowed)."""
+    """The consumer half of MessagingService. `settings_of(client_id)` gives a client's last Settings. Access is
+    decided before these run (broker/grpc/access.py: SUB on the request's topic and group); a receipt handle is
+    honoured only for the delivery in flight that it names, of that topic and group (PopService._locate)."""
 
     def __init__(self, pop: PopService, topics: Any, groups: Any, config: Any,
-                 settings_of: Callable[[str], pb.Settings | None],
-                 refusal: Callable[..., pb.Status | None], client_id_of: Callable[[Any], str]) -> None:
+                 settings_of: Callable[[str], pb.Settings | None], client_id_of: Callable[[Any], str]) -> None:
         self.pop = pop
         self.topics = topics
         self.groups = groups
         self.config = config
         self.settings_of = settings_of
-        self.refusal = refusal
         self.client_id_of = client_id_of
 
     # ---- checks --------------------------------------------------------------------------------------------
-    def _problem(self, context: Any, group: str, topic: str) -> pb.Status | None:
-        refused = self.refusal(context, topic=topic, group=group, subscribe=True)
-        if refused is not None:
-            return refused
+    def _problem(self, group: str, topic: str) -> pb.Status | None:
         if not self.pop.running:
             return status(pb.FORBIDDEN, "this broker does not serve POP consumption (it is a slave, or stopping): "
                                         "receive from its master")
@@ -85,10 +81,10 @@ class ConsumerRpcs:
         return bool(config is not None and config.consume_message_orderly)
 
     # ---- QueryAssignment -----------------------------------------------------------------------------------
-    async def query_assignment(self, request: spb.QueryAssignmentRequest, context: Any,
+    async def query_assignment(self, request: spb.QueryAssignmentRequest,
                                endpoints: pb.Endpoints) -> spb.QueryAssignmentResponse:
         group, topic = request.group.name, request.topic.name
-        problem = self._problem(context, group, topic)
+        problem = self._problem(group, topic)
         if problem is not None:
             return spb.QueryAssignmentResponse(status=problem)
         config = self.topics.get(topic)
@@ -125,7 +121,7 @@ class ConsumerRpcs:
     def _pop_request(self, request: spb.ReceiveMessageRequest,
                      context: Any) -> tuple[PopRequest | None, float, pb.Status | None]:
         group, topic = request.group.name, request.message_queue.topic.name
-        problem = self._problem(context, group, topic)
+        problem = self._problem(group, topic)
         if problem is not None:
             return None, 0.0, problem
         client_id = self.client_id_of(context)
@@ -168,9 +164,9 @@ class ConsumerRpcs:
                           attempt_id=request.attempt_id if request.HasField("attempt_id") else ""), poll_s, None
 
     # ---- AckMessage ----------------------------------------------------------------------------------------
-    async def ack(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+    async def ack(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
         group, topic = request.group.name, request.topic.name
-        problem = self._problem(context, group, topic)
+        problem = self._problem(group, topic)
         if problem is not None:
             return spb.AckMessageResponse(status=problem)
         if not request.entries:
@@ -189,10 +185,10 @@ class ConsumerRpcs:
         return spb.AckMessageResponse(status=top, entries=results)
 
     # ---- ChangeInvisibleDuration ---------------------------------------------------------------------------
-    async def change_invisible(self, request: spb.ChangeInvisibleDurationRequest,
-                               context: Any) -> spb.ChangeInvisibleDurationResponse:
+    async def change_invisible(self, request: spb.ChangeInvisibleDurationRequest
+                               ) -> spb.ChangeInvisibleDurationResponse:
         group, topic = request.group.name, request.topic.name
-        problem = self._problem(context, group, topic)
+        problem = self._problem(group, topic)
         if problem is not None:
             return spb.ChangeInvisibleDurationResponse(status=problem)
         invisible_ms = to_ms(request.invisible_duration)
@@ -207,10 +203,10 @@ class ConsumerRpcs:
         return spb.ChangeInvisibleDurationResponse(status=status(pb.OK), receipt_handle=handle.encode())
 
     # ---- ForwardMessageToDeadLetterQueue -------------------------------------------------------------------
-    async def forward_to_dead_letter(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
-                                     context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+    async def forward_to_dead_letter(self, request: spb.ForwardMessageToDeadLetterQueueRequest
+                                     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         group, topic = request.group.name, request.topic.name
-        problem = self._problem(context, group, topic)
+        problem = self._problem(group, topic)
         if problem is not None:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=problem)
         try:

@@ -10,16 +10,13 @@ the broker's 5.x timer (TIMER_DELIVER_MS, broker/timer), and RecallMessage cance
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import re
 import time
 import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
-from broker.acl.accounts import DENY, PUB, SUB, group_resource, unmap_ipv4
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
+from broker.grpc.access import Caller, GrpcAccess, metadata_value
+from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestamp
 from broker.grpc.consumer import ConsumerRpcs
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
 from broker.pop.service import MAX_BATCH
@@ -44,17 +41,7 @@ CLIENT_ALIVE_MS = 120_000  # a client silent this long (no heartbeat, settings o
 
 
 def _client_id(context: Any) -> str:
-    return _metadata(context, "x-mq-client-id")
-
-
-_AUTHORIZATION = re.compile(r"Credential=([^,\s]*)\s*,\s*SignedHeaders=([^,\s]*)\s*,\s*Signature=([0-9A-Fa-f]+)")
-
-
-def _metadata(context: Any, name: str) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == name:
-            return value
-    return ""
+    return metadata_value(context, "x-mq-client-id")
 
 
 def _peer_address(peer: str) -> str:
@@ -78,9 +65,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.transactions = GrpcTransactions(broker, self.streams)
         self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
         broker.pop_service.client_alive = self.client_alive
+        self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
         self.consumers = ConsumerRpcs(broker.pop_service, broker.topic_config_manager,
                                       broker.subscription_group_manager, broker.config, self.settings.get,
-                                      self._refusal, self._seen)
+                                      self._seen)
 
     def _seen(self, context: Any) -> str:
         """The caller's client id, noting that it is alive."""
@@ -93,46 +81,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         seen = self.last_seen.get(client_id)
         return seen is not None and time.monotonic() - seen < CLIENT_ALIVE_MS / 1000
 
-    # ---- access (ACL) ----------------------------------------------------------------------------------------
-    def _refusal(self, context: Any, topic: str | None = None, group: str | None = None,
-                 subscribe: bool = False) -> pb.Status | None:
-        """With aclEnable=true: the request must be signed by an account of the ACL file (the SDKs' authorization
-        header: HMAC-SHA1 of x-mq-date-time with the secret key); a send needs PUB on its topic, a consumer call SUB
-        on its topic and its group. None = allowed."""
-        validator = self.broker.acl_validator
-        if validator is None:
-            return None
-        config = validator.config
-        ip = unmap_ipv4(_peer_address(context.peer() or "").rpartition(":")[0].strip("[]"))
-        if config.global_white and config.globally_white(ip):
-            return None
-        found = _AUTHORIZATION.search(_metadata(context, "authorization"))
-        access_key = found.group(1).split("/", 1)[0] if found else ""
-        account = config.accounts.get(access_key) if access_key else None
-        if account is None:
-            return status(pb.UNAUTHORIZED, f"no accessKey of the ACL file signed this request ({access_key!r})")
-        if account.white_address(ip):
-            return None
-        expected = hmac.new(account.secret_key.encode(), _metadata(context, "x-mq-date-time").encode(),
-                            hashlib.sha1).hexdigest()
-        if not hmac.compare_digest(expected, found.group(3).lower()):
-            return status(pb.UNAUTHORIZED, f"check signature failed for accessKey={access_key}")
-        if account.unrestricted_admin:
-            return None
-        need, word = (SUB, "SUB") if subscribe else (PUB, "PUB")
-        if topic is not None:
-            owned = account.permission_for(topic)
-            if owned & DENY or not owned & need:
-                return status(pb.UNAUTHORIZED, f"no {word} permission for topic:{topic}, accessKey={access_key}")
-        if group is not None:
-            owned = account.permission_for(group_resource(group))
-            if owned & DENY or not owned & SUB:
-                return status(pb.UNAUTHORIZED, f"no SUB permission for group:{group}, accessKey={access_key}")
-        return None
+    # ---- access (broker/grpc/access.py: the broker's one Authorizer) ----------------------------------------
+    def _refusal(self, rpc: str, request: Any, context: Any) -> pb.Status | None:
+        """With aclEnable=true: the call must be signed by an account of the ACL file within
+        aclTimeToleranceSeconds, may use what ``request`` names, and may act as the client id it names. None =
+        allowed."""
+        _caller, refused = self.access.admit(rpc, request, context, _client_id(context))
+        return refused
 
     # ---- routes ----------------------------------------------------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
-        refused = self._refusal(context)
+        refused = self._refusal("QueryRoute", request, context)
         if refused is not None:
             return spb.QueryRouteResponse(status=refused)
         topic = request.topic.name
@@ -163,7 +122,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: Any) -> AsyncIterator[spb.TelemetryCommand]:
         client_id = _client_id(context)
-        refused = self._refusal(context)
+        caller, refused = self.access.admit("Telemetry", None, context, client_id)
         if refused is not None:
             yield spb.TelemetryCommand(status=refused)
             return
@@ -175,6 +134,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     continue
                 if command.WhichOneof("command") != "settings":
                     continue  # answers to server-initiated commands: nothing waits for them
+                # the stream outlives its signature: decided with the account as the ACL file says now
+                caller = self.access.current(caller)
+                refused = self._stream_refusal(caller, command, context)
+                if refused is not None:  # the settings are not taken; the stream ends
+                    yield spb.TelemetryCommand(status=refused)
+                    return
                 settings = self._merged(command.settings)
                 if client_id:
                     self.settings[client_id] = settings
@@ -183,6 +148,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
         finally:
             stream.close()
+
+    def _stream_refusal(self, caller: Caller | None, command: spb.TelemetryCommand,
+                        context: Any) -> pb.Status | None:
+        if self.access.enabled and caller is None:
+            return status(pb.UNAUTHORIZED, "the account that opened this stream was removed from the ACL file")
+        return self.access.decide(caller, "Telemetry", command, context)
 
     def _merged(self, settings: pb.Settings) -> pb.Settings:
         """The client's Settings with the server's values, as the reference fills them (§6)."""
@@ -211,7 +182,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return merged
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        refused = self._refusal(context)
+        refused = self._refusal("Heartbeat", request, context)
         if refused is not None:
             return spb.HeartbeatResponse(status=refused)
         if self._seen(context) not in self.settings:
@@ -225,7 +196,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Any) -> spb.NotifyClientTerminationResponse:
+        """Ends the caller's own session: with ACL on, only the account that has been using this client id may end
+        it (broker/grpc/access.py ClientOwners)."""
+        refused = self._refusal("NotifyClientTermination", request, context)
+        if refused is not None:
+            return spb.NotifyClientTerminationResponse(status=refused)
         client_id = _client_id(context)
+        self.access.release(client_id)
         self.last_seen.pop(client_id, None)
         if client_id:
             self.broker.pop_service.release_client(client_id)  # its auto-renewed deliveries come back soon
@@ -239,7 +216,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not request.messages or len({m.topic.name for m in request.messages}) != 1:
             return spb.SendMessageResponse(status=status(pb.MESSAGE_CORRUPTED,
                                                          "give one or more messages of one topic"))
-        refused = self._refusal(context, request.messages[0].topic.name)
+        refused = self._refusal("SendMessage", request, context)
         if refused is not None:
             entries = [spb.SendResultEntry(status=refused, message_id=m.system_properties.message_id)
                        for m in request.messages]
@@ -334,47 +311,66 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
+        refused = self._refusal("QueryAssignment", request, context)
+        if refused is not None:
+            return spb.QueryAssignmentResponse(status=refused)
         self._seen(context)
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
-        return await self.consumers.query_assignment(request, context, endpoints)
+        return await self.consumers.query_assignment(request, endpoints)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        refused = self._refusal("ReceiveMessage", request, context)
+        if refused is not None:  # the frames of any failed receive: a status, then the delivery timestamp
+            yield spb.ReceiveMessageResponse(status=refused)
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+            return
         self._seen(context)
         async for frame in self.consumers.receive(request, context):
             yield frame
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        refused = self._refusal("AckMessage", request, context)
+        if refused is not None:
+            return spb.AckMessageResponse(status=refused)
         self._seen(context)
-        return await self.consumers.ack(request, context)
+        return await self.consumers.ack(request)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
+        refused = self._refusal("ChangeInvisibleDuration", request, context)
+        if refused is not None:
+            return spb.ChangeInvisibleDurationResponse(status=refused)
         self._seen(context)
-        return await self.consumers.change_invisible(request, context)
+        return await self.consumers.change_invisible(request)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        refused = self._refusal("ForwardMessageToDeadLetterQueue", request, context)
+        if refused is not None:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=refused)
         self._seen(context)
-        return await self.consumers.forward_to_dead_letter(request, context)
+        return await self.consumers.forward_to_dead_letter(request)
 
-    # ---- not served yet ---------------------------------------------------------------------------------------
+    # ---- transactions and timed messages ----------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        """The half record named by the transaction id must be of ``request.topic`` (checked before it is
+        touched, broker/grpc/transactions.py), the topic the caller needs PUB on."""
+        refused = self._refusal("EndTransaction", request, context)
+        if refused is not None:
+            return spb.EndTransactionResponse(status=refused)
         problem = validate_topic(request.topic.name)
         if problem is not None:
             return spb.EndTransactionResponse(status=status(pb.ILLEGAL_TOPIC, problem))
-        refused = self._refusal(context, request.topic.name)
-        if refused is not None:
-            return spb.EndTransactionResponse(status=refused)
         peer = _peer_address(context.peer() or "")
         return spb.EndTransactionResponse(status=await self.transactions.end_transaction(request, peer))
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
         """Cancel a timed message before its time; the handle is `<offset msgId of the timer record> <message id>`."""
-        topic = request.topic.name
-        refused = self._refusal(context, topic)
+        refused = self._refusal("RecallMessage", request, context)
         if refused is not None:
             return spb.RecallMessageResponse(status=refused)
+        topic = request.topic.name
         offset_msg_id, _, message_id = request.recall_handle.partition(" ")
         try:
             phys = decode_offset_msg_id(offset_msg_id)[2]

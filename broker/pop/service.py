@@ -26,7 +26,7 @@ from typing import Any
 from broker.background import BackgroundService
 from broker.filter import MessageFilter
 from broker.managers.topic_config import dlq_topic
-from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, ReceiptHandle
+from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle
 from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
 from broker.store.types import GetStatus, message_from_record
 from protocol.codes import PERM_READ
@@ -361,11 +361,17 @@ class PopService(BackgroundService):
 
     # ---- ack, change invisibility, dead letters ------------------------------------------------------------
     def _locate(self, group: str, topic: str, handle: ReceiptHandle) -> tuple[QueueKey, QueueProgress, Inflight]:
-        """The delivery a handle names, still in flight; PopError otherwise."""
+        """The delivery a handle names, still in flight; PopError otherwise (InvalidHandle for a handle that names
+        another record). The handle is the caller's text: it
+        counts only when its commit-log offset is that of the message ``group`` popped from ``topic`` (or its retry
+        topic) at the queue offset it names, so a forged offset reaches no other topic's record."""
         actual = pop_retry_topic(group, topic) if handle.retry else topic
         key = (group, actual, handle.queue_id)
         progress = self.state.get(key)
         entry = progress.inflight.get(handle.queue_offset) if progress is not None else None
+        if entry is not None and entry.phys != handle.commit_log_offset:
+            raise InvalidHandle(f"the receipt handle does not name the message of {topic} in flight at queue "
+                                f"{handle.queue_id} offset {handle.queue_offset}")
         now = _now_ms()
         if entry is None or entry.ready or entry.expiry_ms <= now:
             if handle.expiry_ms <= now or entry is not None:
@@ -403,10 +409,14 @@ class PopService(BackgroundService):
         return handle.renewed(now, entry.invisible_ms)
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: ReceiptHandle) -> None:
-        key, _progress, _entry = self._locate(group, topic, handle)
-        record = self.store.look_record(handle.commit_log_offset)
+        """Copy the delivery's message to ``%DLQ%<group>`` and finish it. The copy is of the record this group
+        popped (``entry.phys``), and only when it is a record of ``topic`` or of its retry topic."""
+        key, _progress, entry = self._locate(group, topic, handle)
+        record = self.store.look_record(entry.phys)
         if record is None:
-            raise PopError(KIND_NOT_FOUND, f"the message at commit-log offset {handle.commit_log_offset} is gone")
+            raise PopError(KIND_NOT_FOUND, f"the message at commit-log offset {entry.phys} is gone")
+        if record.topic != key[1]:
+            raise InvalidHandle(f"the message at commit-log offset {entry.phys} is not of {key[1]}")
         await self._bury([_DeadLetter(key, handle.queue_offset, record, group, topic)])
 
     async def _bury(self, dead: list[_DeadLetter]) -> None:

@@ -431,7 +431,7 @@ async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(grpc_broke
         await sender.close()
     cases = [("Orders", "shop", app, pb.OK, ""), ("Orders", "billing", app, pb.UNAUTHORIZED, "group:billing"),
              ("Reports", "shop", app, pb.UNAUTHORIZED, "SUB permission for topic:Reports"),
-             ("Orders", "shop", CLIENT, pb.UNAUTHORIZED, "no accessKey")]
+             ("Orders", "shop", CLIENT, pb.UNAUTHORIZED, "No accessKey")]
     for topic, group, metadata, code, text in cases:
         pop = Pop(port, group=group, topic=topic, metadata=metadata)
         try:

@@ -83,6 +83,46 @@ async def _stored(broker, topic: str, queues: int) -> list:
 
 # ---- a. Producer -------------------------------------------------------------------------------------------------
 
+NODE_ACL = """
+accounts:
+  - accessKey: node_admin
+    secretKey: node-admin-secret
+    admin: true
+  - accessKey: node_shop
+    secretKey: node-shop-secret
+    defaultTopicPerm: DENY
+    topicPerms:
+      - NodeSigned=PUB
+"""
+
+
+async def _signed_request(client, code: int, fields: dict, creds: tuple[str, str]):
+    from protocol.acl_signature import sign
+
+    fields = dict(fields, AccessKey=creds[0])
+    fields["Signature"] = sign(creds[1], fields, b"")
+    return await client.request(code, fields, b"")
+
+
+async def test_node_producer_signs_its_calls_for_the_acl(node_runtime, grpc_broker_factory, tmp_path):
+    """With aclEnable=true the SDK's signatures (UTC x-mq-date-time, upper-case hex) pass the broker's timed check
+    on every call it makes: route, Telemetry settings, heartbeats, sends, NotifyClientTermination."""
+    (tmp_path / "plain_acl.yml").write_text(NODE_ACL)
+    broker = grpc_broker_factory(aclEnable="true")
+    admin = ("node_admin", "node-admin-secret")
+    async with await WireClient.connect(broker.addr) as client:
+        resp = await _signed_request(client, RC.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "NodeSigned", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}, admin)
+        assert resp.code == R.SUCCESS, resp.remark
+    summary = await _run_node(node_runtime, broker, "grpc_produce.js", 20, home=tmp_path, topic="NodeSigned",
+                              count=3, prefix="signed", access_key="node_shop", secret_key="node-shop-secret")
+    assert len(summary["sent"]) == 3
+    async with await WireClient.connect(broker.addr) as client:
+        resp = await _signed_request(client, RC.GET_MAX_OFFSET, {"topic": "NodeSigned", "queueId": "0"}, admin)
+        assert resp.code == R.SUCCESS and int(resp.ext_fields["offset"]) == 3, (resp.code, resp.remark)
+    assert "refused" not in broker.log_text()
+
+
 async def test_node_producer_sends_and_a_remoting_pull_reads_tags_keys_and_ids(node_runtime, grpc_broker, tmp_path):
     topic, count = "NodeGrpcProduce", 10
     await create_topic(grpc_broker.addr, topic)

@@ -1,13 +1,16 @@
 'use strict';
 // rocketmq-client-nodejs Producer: sends --count messages (tag, keys, user properties; message i in message group
-// i mod n of --message-groups g1,g2,... when given) to --topic over gRPC, one after the other.
+// i mod n of --message-groups g1,g2,... when given) to --topic over gRPC, one after the other; with --access-key and
+// --secret-key it signs every call (the broker's ACL).
 const { Producer } = require('rocketmq-client-nodejs');
 const { run, shutdownQuietly, startupWithin, logger } = require('./grpc_common');
 
-run({ endpoints: '', topic: '', count: 10, prefix: 'node', messageGroups: '', timeoutMs: 20000 }, async (args, result) => {
+run({ endpoints: '', topic: '', count: 10, prefix: 'node', messageGroups: '', accessKey: '', secretKey: '',
+  timeoutMs: 20000 }, async (args, result) => {
   result.phase = 'startup';
+  const sessionCredentials = args.accessKey ? { accessKey: args.accessKey, accessSecret: args.secretKey } : undefined;
   const producer = new Producer({ endpoints: args.endpoints, namespace: '', topics: [args.topic], logger,
-    requestTimeout: 3000 });
+    requestTimeout: 3000, sessionCredentials });
   try {
     await startupWithin(producer, 'Producer', 10000);
     result.phase = 'send';
