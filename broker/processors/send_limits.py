@@ -42,12 +42,15 @@ class TopicCreationBuckets:
         self._clock = clock
         self._max_clients = max_clients
         self._buckets: dict[str, list[float]] = {}  # address -> [tokens, time of last refill]
+        self._next_sweep = 0.0  # a full table is swept at most once a second (a sweep visits every bucket)
 
     def _bucket(self, key: str, now: float) -> list[float]:
         bucket = self._buckets.get(key)
         if bucket is None:
             if len(self._buckets) >= self._max_clients:
-                self._forget_full(now)
+                if now >= self._next_sweep:
+                    self._next_sweep = now + 1.0
+                    self._forget_full(now)
                 if len(self._buckets) >= self._max_clients:
                     key = _SHARED_KEY
                     bucket = self._buckets.get(key)
