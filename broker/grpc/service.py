@@ -26,7 +26,8 @@ from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
 from broker.processors.send_limits import SendLimits
-from broker.managers.topic_config import validate_group, validate_topic
+from broker.managers.derived_names import consumer_group_problem
+from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -220,7 +221,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
         if request.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
-            problem = validate_group(request.group.name)
+            problem = consumer_group_problem(request.group.name)  # its %RETRY% / %DLQ% names must fit too
             if problem is not None:
                 return spb.HeartbeatResponse(status=status(pb.ILLEGAL_CONSUMER_GROUP, problem))
         return spb.HeartbeatResponse(status=status(pb.OK))
