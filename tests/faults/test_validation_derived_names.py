@@ -14,7 +14,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 
 from integration.test_grpc_pop import FAST, Pop, collect, remoting_send
-from integration.wire import WireClient, create_topic, pull_fields
+from integration.wire import WireClient, create_topic, pull_fields, send_v2_fields
 
 TOPIC = "PopOrders"  # 9 characters
 
@@ -120,10 +120,12 @@ async def test_remoting_first_uses_of_a_consumer_group_refuse_a_group_its_retry_
         beat = await client.heartbeat("names@1", consumer_group=longest, topic="NamesTopic",
                                       producer_group="P" * 255)
         assert beat.code == R.SUCCESS, beat.remark
+        sent = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("NamesTopic", 0, group="P" * 255), b"p")
+        assert sent.code == R.SUCCESS, sent.remark
         body = json.dumps({"groupName": "S" * 248, "consumeEnable": True}).encode()
         assert (await client.request(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)).code == R.SUCCESS
         pull = await client.request(RC.PULL_MESSAGE, pull_fields("NamesTopic", longest, suspend_ms=0))
-        assert pull.code == R.PULL_NOT_FOUND, pull.remark
+        assert pull.code == R.SUCCESS, pull.remark  # the message the producer group sent
         names = await topic_names(client)
         assert f"%RETRY%{longest}" in names and f"%RETRY%{too_long}" not in names
         groups = await client.request(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})
