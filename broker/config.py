@@ -210,6 +210,12 @@ class BrokerConfig:
     transaction_check_max: int = 15
     transaction_check_interval: int = 60_000
     reject_transaction_message: bool = False
+    # issue 27, flood limits (broker/processors/send_limits.py): topics one client address may auto-create (a token
+    # bucket: a burst, then so many a second; rate 0 = no limit), and properties per message a client may send
+    auto_create_topic_rate_per_client: int = 10
+    auto_create_topic_burst_per_client: int = 50
+    max_message_properties_count: int = 256
+    max_message_properties_bytes: int = 32767
 
     def __post_init__(self) -> None:
         self._normalize_and_check()
@@ -416,6 +422,7 @@ class BrokerConfig:
         if bool(self.access_key) != bool(self.secret_key):
             raise ConfigError("accessKey and secretKey go together: set both or neither",
                               "secretKey" if self.access_key else "accessKey")
+        _check_flood_limits(self)
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
 
@@ -447,6 +454,22 @@ def _is_ipv6(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _check_flood_limits(cfg: BrokerConfig) -> None:
+    """Issue 27's flood-limit keys (see broker/processors/send_limits.py)."""
+    if cfg.auto_create_topic_rate_per_client < 0:
+        raise ConfigError(f"expected topics a second (0 = no limit), got {cfg.auto_create_topic_rate_per_client}",
+                          "autoCreateTopicRatePerClient")
+    if cfg.auto_create_topic_burst_per_client < 1:
+        raise ConfigError(f"must be at least 1, got {cfg.auto_create_topic_burst_per_client}",
+                          "autoCreateTopicBurstPerClient")
+    if not 16 <= cfg.max_message_properties_count <= 32767:
+        raise ConfigError(f"expected 16..32767 (clients and the broker add up to a dozen properties of their own), got "
+                          f"{cfg.max_message_properties_count}", "maxMessagePropertiesCount")
+    if not 1024 <= cfg.max_message_properties_bytes <= 32767:
+        raise ConfigError(f"expected 1024..32767 (a record holds at most 32767 bytes of properties), got "
+                          f"{cfg.max_message_properties_bytes}", "maxMessagePropertiesBytes")
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:

@@ -14,7 +14,8 @@ from typing import Any, AsyncIterator
 
 from broker.grpc.common import duration, record_message, status, timestamp, to_ms
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
-from broker.managers.topic_config import validate_group, validate_topic
+from broker.managers.derived_names import consumer_group_problem, pop_names_problem
+from broker.managers.topic_config import validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
 from broker.pop.service import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN,
                                 KIND_NOT_FOUND, MAX_BATCH, Delivery, PopError, PopRequest, PopService)
@@ -56,7 +57,7 @@ class ConsumerRpcs:
         if not self.pop.running:
             return status(pb.FORBIDDEN, "this broker does not serve POP consumption (it is a slave, or stopping): "
                                         "receive from its master")
-        problem = validate_group(group)
+        problem = consumer_group_problem(group)
         if problem is not None:
             return status(pb.ILLEGAL_CONSUMER_GROUP, problem)
         problem = validate_topic(topic)
@@ -84,7 +85,7 @@ class ConsumerRpcs:
     async def query_assignment(self, request: spb.QueryAssignmentRequest,
                                endpoints: pb.Endpoints) -> spb.QueryAssignmentResponse:
         group, topic = request.group.name, request.topic.name
-        problem = self._problem(group, topic)
+        problem = self._problem(group, topic) or _pop_names_status(group, topic)
         if problem is not None:
             return spb.QueryAssignmentResponse(status=problem)
         config = self.topics.get(topic)
@@ -121,7 +122,7 @@ class ConsumerRpcs:
     def _pop_request(self, request: spb.ReceiveMessageRequest,
                      context: Any) -> tuple[PopRequest | None, float, pb.Status | None]:
         group, topic = request.group.name, request.message_queue.topic.name
-        problem = self._problem(group, topic)
+        problem = self._problem(group, topic) or _pop_names_status(group, topic)
         if problem is not None:
             return None, 0.0, problem
         client_id = self.client_id_of(context)
@@ -214,6 +215,13 @@ class ConsumerRpcs:
         except (InvalidHandle, PopError) as exc:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=status(_handle_code(exc), str(exc)))
         return spb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.OK))
+
+
+def _pop_names_status(group: str, topic: str) -> pb.Status | None:
+    """A group and topic whose POP retry topic name would be too long are refused when the group first receives (acks
+    and invisibility changes of deliveries made before are still served)."""
+    problem = pop_names_problem(group, topic)
+    return None if problem is None else status(pb.ILLEGAL_CONSUMER_GROUP, problem)
 
 
 def _handle_code(exc: Exception) -> int:

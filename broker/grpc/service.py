@@ -22,7 +22,9 @@ from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_se
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
-from broker.managers.topic_config import validate_group, validate_topic
+from broker.processors.send_limits import SendLimits
+from broker.managers.derived_names import consumer_group_problem
+from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -64,6 +66,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.streams = TelemetryStreams()  # open Telemetry streams: where server-initiated commands go
         self.transactions = GrpcTransactions(broker, self.streams)
         self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
+        self.send_limits = SendLimits(broker.config)  # properties per message (issue 27), as on remoting
         broker.pop_service.client_alive = self.client_alive
         self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
         self.consumers = ConsumerRpcs(broker.pop_service, broker.topic_config_manager,
@@ -189,7 +192,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.HeartbeatResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
         if request.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
-            problem = validate_group(request.group.name)
+            problem = consumer_group_problem(request.group.name)  # its %RETRY% / %DLQ% names must fit too
             if problem is not None:
                 return spb.HeartbeatResponse(status=status(pb.ILLEGAL_CONSUMER_GROUP, problem))
         return spb.HeartbeatResponse(status=status(pb.OK))
@@ -267,8 +270,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if sp.HasField("message_group") and config is not None and config.write_queue_nums > 0:
             queue_id = (zlib.crc32(sp.message_group.encode()) & 0x7FFFFFFF) % config.write_queue_nums
         sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
+        encoded = encode_properties(props)
+        refusal = self.send_limits.properties_refusal(encoded)  # the remoting handler would say BAD_REQUEST
+        if refusal is not None:
+            return spb.SendResultEntry(status=status(pb.MESSAGE_PROPERTIES_TOO_LARGE, refusal),
+                                       message_id=sp.message_id)
         fields = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": queue_id, "f": sys_flag, "g": born_ms,
-                  "h": 0, "i": encode_properties(props), "j": 0, "k": "false", "m": "false"}
+                  "h": 0, "i": encoded, "j": 0, "k": "false", "m": "false"}
         try:
             response = await call_handler(self.broker.dispatch_table, RequestCode.SEND_MESSAGE_V2, fields,
                                           bytes(message.body), caller=peer)

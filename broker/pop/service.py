@@ -25,6 +25,8 @@ from typing import Any
 
 from broker.background import BackgroundService
 from broker.filter import MessageFilter
+from broker.log_limit import RateLimitedLog
+from broker.managers.derived_names import pop_retry_topic  # the name's one definition (checked there at receive)
 from broker.managers.topic_config import dlq_topic
 from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle
 from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
@@ -48,9 +50,9 @@ PROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
 
-def pop_retry_topic(group: str, topic: str) -> str:
-    """Where lapsed deliveries of `topic` for `group` wait to be delivered again (the reference's v1 name)."""
-    return f"%RETRY%{group}_{topic}"
+# a lapsed delivery that cannot go to its POP retry topic nor to the dead-letter topic waits this long before the next
+# try (the revive loop runs every REVIVE_INTERVAL_S: it must not fail, and log, twice a second forever)
+UNREQUEUEABLE_RETRY_MS = 60_000
 
 
 class PopError(Exception):
@@ -140,6 +142,7 @@ class PopService(BackgroundService):
         self.state = PopState(config_dir)
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._rotation: dict[tuple[str, str], int] = {}
+        self._warnings = RateLimitedLog(log, 60.0)
         self._random = random.Random()
         self._wake_revive = asyncio.Event()
         self._polling = 0
@@ -508,7 +511,7 @@ class PopService(BackgroundService):
             retry = pop_retry_topic(group, original)
             config = self.topics.create_topic_if_absent(retry, 1)
             if config is None:
-                log.error("cannot create the POP retry topic %s", retry)
+                await self._not_requeueable(key, offset, entry, record, group, original, retry)
                 return
             properties = dict(record.properties)
             properties.setdefault(PROP_RETRY_TOPIC, original)
@@ -519,13 +522,32 @@ class PopService(BackgroundService):
             message = message_from_record(record, retry, 0, properties, record.reconsume_times + 1)
             result = await self.store.put_message(message)
             if not result.ok:
-                log.warning("cannot re-queue a lapsed delivery of %s to %s: %s", original, retry, result.status.name)
+                self._warnings.warning(("pop-requeue", original), "cannot re-queue a lapsed delivery of %s to %s: %s",
+                                       original, retry, result.status.name)  # tried again each pass: said once a minute
                 return
             if progress.inflight.get(offset) is not entry:
                 return  # acked while the copy was written: the copy is delivered once more (at least once)
         progress.finish([offset])
         self.state.log_finish(key, [offset])
         self._commit(key, progress)
+
+    async def _not_requeueable(self, key: QueueKey, offset: int, entry: Inflight, record: MessageRecord, group: str,
+                               original: str, retry: str) -> None:
+        """The POP retry topic cannot be created (its name is too long: a group and topic accepted before such pairs
+        were refused at receive). The message goes to the group's dead-letter topic, where it is kept and can be
+        resent; if that fails too, it stays in flight and is tried again in a minute. Said at most once a minute."""
+        self._warnings.error(("pop-retry", group, original),
+                             "cannot create the POP retry topic %s... (%d characters, more than the topic max length): "
+                             "lapsed deliveries of %s for group %s... go to its dead-letter topic", retry[:80],
+                             len(retry), original, group[:80])
+        try:
+            await self._bury([_DeadLetter(key, offset, record, group, original)])
+        except PopError as exc:
+            entry.pop_time_ms, entry.invisible_ms = _now_ms(), UNREQUEUEABLE_RETRY_MS
+            self.state.log_update(key, offset, entry)
+            self._warnings.error(("pop-dlq", group, original),
+                                 "a lapsed delivery of %s for group %s... stays in flight (tried again every %d s): %s",
+                                 original, group[:80], UNREQUEUEABLE_RETRY_MS // 1000, exc)
 
 
 def _original_topic(group: str, topic: str) -> str:

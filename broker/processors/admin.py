@@ -221,7 +221,7 @@ class AdminProcessor(BrokerProcessor):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"malformed SubscriptionGroupConfig: {exc}")
         if config is None or not config.group_name:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, "SubscriptionGroupConfig body needs 'groupName'")
-        problem = self.group_problem(config.group_name)
+        problem = self.consumer_group_problem(config.group_name)
         if problem is not None:
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"groupName: {problem}")
         problem = _subscription_group_range_problem(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.managers.derived_names import CONSUMER_GROUP_MAX_LENGTH, consumer_group_problem
 from broker.managers.topic_config import validate_group
 
 if TYPE_CHECKING:
@@ -35,3 +36,11 @@ class BrokerProcessor:
                 self._valid_groups.clear()
             self._valid_groups.add(group)
         return problem
+
+    def consumer_group_problem(self, group: str | None) -> str | None:
+        """group_problem, and the group's derived topics (%RETRY%, %DLQ%) must be legal names: checked where a consumer
+        group is first used, so a group they do not fit is refused at once rather than failing later unheard."""
+        if group is not None and group in self._valid_groups and len(group) <= CONSUMER_GROUP_MAX_LENGTH:
+            return None
+        problem = self.group_problem(group)
+        return problem if problem is not None else consumer_group_problem(group)

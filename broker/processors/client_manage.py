@@ -167,7 +167,7 @@ class ClientManageProcessor(BrokerProcessor):
     def _heartbeat_group_problem(self, data: HeartbeatData) -> str | None:
         """The first illegal group name of a heartbeat as an error remark; None when all are legal."""
         for consumer in data.consumers:
-            problem = self.group_problem(consumer.group_name)
+            problem = self.consumer_group_problem(consumer.group_name)
             if problem is not None:
                 return f"heartbeat consumerDataSet: {problem}"
         for producer in data.producers:

@@ -277,10 +277,9 @@ class PullProcessor(BrokerProcessor):
                                      f"the broker[{cfg.broker_ip1}] pulling message is forbidden",
                                      {"forbiddenType": "1"})
         group = header.consumer_group
-        if group not in self._valid_groups:
-            problem = self.group_problem(group)
-            if problem is not None:  # before find_or_create: a bad name must not become a persisted group
-                return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
+        problem = self.consumer_group_problem(group)
+        if problem is not None:  # before find_or_create: a bad name must not become a persisted group
+            return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"consumerGroup: {problem}")
         group_config = self.groups.find_or_create(group)
         if group_config is None:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -68,7 +68,7 @@ class RetryProcessor(BrokerProcessor):
     def consumer_send_msg_back(self, channel: Any, cmd: RemotingCommand):
         header = read_request(cmd)
         group = header.group
-        problem = self.group_problem(group)
+        problem = self.consumer_group_problem(group)
         if problem is not None:  # before find_or_create: a bad name must not become a persisted group
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"group: {problem}")
         group_config = self.groups.find_or_create(group)

@@ -37,6 +37,7 @@ from protocol.properties import (
     match_producer_layout,
 )
 from broker.processors.base import BrokerProcessor
+from broker.processors.send_limits import SendLimits
 from broker.transaction.half import is_half_send, to_half
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class SendProcessor(BrokerProcessor):
                                  else cfg.sync_flush_timeout) / 1000
         self._tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
         self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
+        self._limits = SendLimits(cfg)  # issue 27: auto-created topics per client, properties per message
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -154,11 +156,12 @@ class SendProcessor(BrokerProcessor):
         topic_config = self.topics.get(topic)
         if topic_config is None:
             try:
-                topic_config = self.topics.create_topic_in_send_callback(
-                    topic, header.default_topic, channel.remote_addr,
-                    header.default_topic_queue_nums or 4, 0)
+                topic_config, refusal = self._limits.create_topic(self.topics, channel, topic, header.default_topic,
+                                                                  header.default_topic_queue_nums or 4)
             except DescriptorsShortError as exc:  # fileDescriptorReserve reached: a transient refusal
                 return None, self._error(cmd, ResponseCode.SYSTEM_BUSY, str(exc))
+            if refusal is not None:
+                return None, self._error(cmd, ResponseCode.SYSTEM_BUSY, refusal)
             if topic_config is None:
                 return None, self._error(
                     cmd, ResponseCode.TOPIC_NOT_EXIST,
@@ -284,6 +287,11 @@ class SendProcessor(BrokerProcessor):
                   deferred: list | None = None):
         """Check and build the message, then store it; with `deferred` (a run, ASYNC_FLUSH), a plain message is
         added there and _DEFERRED returned: send_run stores it with the others of its queue."""
+        props_text = header.properties or ""
+        if len(props_text) > self._limits.check_from:  # before anything is decoded or a topic created
+            refusal = self._limits.properties_refusal(props_text)
+            if refusal is not None:
+                return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
         topic_config, error = self._check_topic(channel, cmd, header)
         if error is not None:
             return error
@@ -292,7 +300,6 @@ class SendProcessor(BrokerProcessor):
         if len(body) > self._max_body:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                f"the message body size {len(body)} exceeds the maximum {self._max_body}")
-        props_text = header.properties or ""
         props = decode_properties(props_text)
         queue_id = self._pick_queue(header, topic_config)
         reconsume_times = header.reconsume_times or 0
@@ -462,6 +469,9 @@ class SendProcessor(BrokerProcessor):
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if not messages:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch body holds no message")
+        refusal = self._limits.properties_refusal(header.properties, "the batch")
+        if refusal is not None:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
         batch_uniq = decode_properties(header.properties).get(PROP_UNIQ_KEY) if header.properties else None
         return self._put_batch(cmd, messages, queue_id, batch_uniq)
 
@@ -480,12 +490,18 @@ class SendProcessor(BrokerProcessor):
         max_body = self._max_body
         match_layout = match_producer_layout
         tag_codes = self._tag_codes
+        limits = self._limits
+        check_props_from = limits.check_from
         messages: list[MessageToStore] = []
         append = messages.append
         for flag, body, raw_props in iter_batch_entries(batch_body):
             if len(body) > max_body:
                 raise _BatchEntryRejected(f"batch message {len(messages)}: body size {len(body)} exceeds the "
                                           f"maximum {max_body}")
+            if len(raw_props) > check_props_from:
+                refusal = limits.raw_properties_refusal(raw_props, f"batch message {len(messages)}")
+                if refusal is not None:
+                    raise _BatchEntryRejected(refusal)
             layout = raw_props.isascii() and match_layout(raw_props)
             if not layout:
                 append(self._general_batch_message(template, len(messages), flag, body, raw_props))
