@@ -29,7 +29,7 @@ from broker.tls import TlsSettings
 from broker.tls_acceptor import FirstByteAcceptor
 from protocol.codes import ResponseCode
 from protocol.command import ProtocolError, RemotingCommand, encode_command, encode_head
-from protocol.frame import FrameDecoder
+from protocol.frame import REQUEST_MAX_HEADER_SIZE, FrameDecoder
 
 try:  # HeaderError lives in protocol.headers (H1); tolerate its absence during bring-up
     from protocol.headers import HeaderError
@@ -261,7 +261,7 @@ class _ServerProtocol(asyncio.Protocol):
     def __init__(self, server: "RemotingServer", admitted: bool = False) -> None:
         self._server = server
         self._admitted = admitted  # already counted by the TLS/first-byte acceptor
-        self._decoder = FrameDecoder(server.max_frame_size)
+        self._decoder = FrameDecoder(server.max_frame_size, REQUEST_MAX_HEADER_SIZE)
         self.channel: Channel | None = None
         self.peer = "?"
         self._reserved = 0  # frame size asked of the budget (granted or waiting), 0 = none

@@ -466,8 +466,10 @@ def decode_header(serialize_type: int, header: bytes | memoryview, body: bytes =
     raise ProtocolError(f"unknown serialize type {serialize_type}")
 
 
-def decode_command(frame_payload: bytes | bytearray | memoryview) -> RemotingCommand:
-    """Decode the bytes that follow a frame's length field (type word, header, body)."""
+def decode_command(frame_payload: bytes | bytearray | memoryview,
+                   max_header_length: int = MAX_HEADER_LENGTH) -> RemotingCommand:
+    """Decode the bytes that follow a frame's length field (type word, header, body). A header longer than
+    ``max_header_length`` is refused before it is parsed."""
     total = len(frame_payload)
     if total < 4:
         raise ProtocolError(f"frame of {total} bytes has no type word")
@@ -476,6 +478,8 @@ def decode_command(frame_payload: bytes | bytearray | memoryview) -> RemotingCom
     header_length = type_word & 0xFFFFFF
     if header_length > total - 4:
         raise ProtocolError(f"header length {header_length} exceeds frame length {total}")
+    if header_length > max_header_length:
+        raise ProtocolError(f"header of {header_length} bytes exceeds the maximum {max_header_length}")
     if serialize_type > MSGPACK:
         raise ProtocolError(f"unknown serialize type {serialize_type}")
     header_end = 4 + header_length

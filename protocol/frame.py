@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import struct
 
-from protocol.command import ProtocolError, RemotingCommand, decode_command
+from protocol.command import MAX_HEADER_LENGTH, ProtocolError, RemotingCommand, decode_command
 
-__all__ = ["FrameDecoder", "ProtocolError", "DEFAULT_MAX_FRAME_SIZE"]
+__all__ = ["FrameDecoder", "ProtocolError", "DEFAULT_MAX_FRAME_SIZE", "REQUEST_MAX_HEADER_SIZE"]
 
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+# The largest header a server needs to parse: a request's header is small fields plus at most 32 KiB of message
+# properties, which JSON escaping (\u0001, \u0002) can make six times longer. Anything longer is refused before
+# it is parsed (a 16 MiB JSON header would hold the event loop for about 0.1 s).
+REQUEST_MAX_HEADER_SIZE = 256 * 1024
 
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from
@@ -23,10 +27,12 @@ class FrameDecoder:
     """Feed received bytes; get back every command they complete. Raises ProtocolError on a bad frame,
     after which the decoder stays failed (the connection must be closed)."""
 
-    __slots__ = ("max_frame_size", "_buf", "_need", "_failed")
+    __slots__ = ("max_frame_size", "max_header_size", "_buf", "_need", "_failed")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 max_header_size: int = MAX_HEADER_LENGTH) -> None:
         self.max_frame_size = max_frame_size
+        self.max_header_size = max_header_size
         self._buf = bytearray()  # unfinished frame (length field included)
         self._need = 4  # total bytes (incl. length field) the buffered frame needs; 4 until length known
         self._failed: ProtocolError | None = None
@@ -56,7 +62,7 @@ class FrameDecoder:
 
     def _decode(self, payload: memoryview) -> RemotingCommand:
         try:
-            return decode_command(payload)
+            return decode_command(payload, self.max_header_size)
         except ProtocolError as exc:
             self._failed = exc
             self._buf = bytearray()

@@ -288,3 +288,16 @@ async def test_malformed_frame_closes_only_that_connection(shared_broker, client
     assert (await client.request(RC.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"})).code == 0
     async with await WireClient.connect(shared_broker.addr) as fresh:
         assert (await fresh.request(RC.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"})).code == 0
+
+
+async def test_an_oversized_header_closes_only_that_connection(shared_broker, client):
+    """A 1 MiB JSON header (legal frame size, far past any real request) is refused unparsed: that connection is
+    closed, the broker and other clients go on."""
+    from protocol.command import RemotingCommand, encode_command
+    bad = await WireClient.connect(shared_broker.addr)
+    huge = RemotingCommand.request(RC.SEND_MESSAGE_V2, {**send_v2_fields("Huge"), "x": "y" * (1 << 20)}, b"x",
+                                   opaque=7)
+    await bad.send_raw(encode_command(huge))
+    await asyncio.wait_for(bad.closed.wait(), 5)
+    await bad.close()
+    assert (await client.request(RC.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"})).code == 0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from protocol.codes import LanguageCode, SerializeType
 from protocol.command import ProtocolError, RemotingCommand, encode_command
-from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE, REQUEST_MAX_HEADER_SIZE, FrameDecoder
 
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 
@@ -284,3 +284,18 @@ def test_random_header_of_each_type_only_raises_protocol_error(stype, header, bo
         FrameDecoder().feed(frame)
     except ProtocolError:
         pass
+
+
+def test_a_server_refuses_an_oversized_header_before_parsing_it():
+    """REQUEST_MAX_HEADER_SIZE: the largest legal request header (32 KiB of properties, JSON-escaped) passes; a
+    longer one is a protocol error (the connection is closed), found from the type word alone."""
+    escaped = "\x01\x02" * (32 * 1024 // 2)  # 32 KiB of separators: six bytes each once JSON-escaped
+    legal = encode_command(RemotingCommand.request(310, {"b": "T", "i": escaped}, b"x", opaque=1))
+    assert len(legal) > 190_000
+    decoder = FrameDecoder(DEFAULT_MAX_FRAME_SIZE, REQUEST_MAX_HEADER_SIZE)
+    assert decoder.feed(legal)[0].ext_fields["i"] == escaped
+    huge = encode_command(RemotingCommand.request(310, {"b": "T", "i": "x" * (REQUEST_MAX_HEADER_SIZE + 1)},
+                                                  opaque=2))
+    with pytest.raises(ProtocolError, match="exceeds the maximum"):
+        FrameDecoder(DEFAULT_MAX_FRAME_SIZE, REQUEST_MAX_HEADER_SIZE).feed(huge)
+    assert FrameDecoder().feed(huge)[0].opaque == 2  # a client reading responses keeps the protocol's own limit
