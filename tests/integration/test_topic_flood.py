@@ -20,7 +20,10 @@ from tests.integration.wire import WireClient, create_topic, pull_records, send_
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/<pid>/fd")
 
-FLOOD_CONF = {"autoCreateTopicEnable": "true", "mappedFileSizeConsumeQueue": 6_000_000}
+# The per-client auto-creation limit off: these tests measure what creating topics costs the store (the limit has
+# its own tests in tests/faults/test_flood_autocreate.py).
+FLOOD_CONF = {"autoCreateTopicEnable": "true", "mappedFileSizeConsumeQueue": 6_000_000,
+              "autoCreateTopicRatePerClient": 0}
 
 
 def open_fds(pid: int) -> int:

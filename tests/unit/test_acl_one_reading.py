@@ -64,12 +64,14 @@ TOUCHES_WHEN_DONE = {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, Requ
 # ---- what the handler used ----------------------------------------------------------------------------------
 # Set in the task that feeds a request's frame: the handler, and the tasks it starts, inherit it; the broker's
 # background services (offset persistence, flushes) run in contexts of their own and are not recorded.
-IN_REQUEST: contextvars.ContextVar[bool] = contextvars.ContextVar("in_request", default=False)
+# The number of the request being fed: a task a previous request started, still running, is not this one's.
+IN_REQUEST: contextvars.ContextVar[int] = contextvars.ContextVar("in_request", default=0)
 
 
 class Spy:
     def __init__(self) -> None:
         self.on = False
+        self.request = -1  # the request whose handler is being watched
         self.names: set[str] = set()
 
     def note(self, value: Any, depth: int = 0) -> None:
@@ -99,7 +101,7 @@ class Spy:
 
         def spied(*args: Any, **kwargs: Any) -> Any:
             result = fn(*args, **kwargs)
-            if spy.on and IN_REQUEST.get():
+            if spy.on and IN_REQUEST.get() == spy.request:
                 spy.note(args[1:])
                 spy.note(kwargs)
                 if name.startswith("look"):
@@ -210,7 +212,8 @@ class Harness:
         before = len(self.transport.writes)
 
         async def feed() -> None:  # inside the loop, as a real connection's data arrives
-            IN_REQUEST.set(True)
+            IN_REQUEST.set(self.opaque)
+            self.spy.request = self.opaque
             self.protocol.data_received(raw)
         self.loop.run_until_complete(feed())
         for _ in range(20):
