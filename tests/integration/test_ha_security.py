@@ -19,7 +19,6 @@ from protocol.codes import ResponseCode as R
 from protocol.ha import (
     HANDSHAKE_MAGIC,
     NONCE_SIZE,
-    FrameReader,
     HandshakeError,
     SlaveHandshake,
     encode_frame_header,
@@ -313,6 +312,8 @@ async def test_tls_enforcing_replicates_over_tls_and_refuses_plaintext(tmp_path,
 async def test_the_ha_port_refuses_connections_past_its_cap(tmp_path, broker_factory):
     ha_port = free_port()
     master = broker_factory("broker-c", embedded_namesrv=False, extra={"haListenPort": ha_port, "haMaxConnections": 3})
+    async with await WireClient.connect(master.addr) as client:
+        assert (await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("Capped", 0), b"c")).code == R.SUCCESS
     held = [await asyncio.open_connection("127.0.0.1", ha_port) for _ in range(3)]
     for _, w in held:
         w.write(encode_report(0))  # three slaves of the reference's protocol (no ACL): served
@@ -321,8 +322,8 @@ async def test_the_ha_port_refuses_connections_past_its_cap(tmp_path, broker_fac
     assert closed and data == b""
     assert "haMaxConnections" in master.wait_for_log("haMaxConnections", timeout=5)
     for r, _ in held:  # control: those under the cap are streamed the log
-        frames = FrameReader().feed(await asyncio.wait_for(r.read(4096), 7.0))
-        assert frames and frames[0][0] == 0
+        header = await asyncio.wait_for(r.readexactly(12), 5.0)
+        assert struct.unpack(">qi", header)[0] == 0
     held[0][1].close()
     await asyncio.sleep(0.3)
     again_r, again_w = await asyncio.open_connection("127.0.0.1", ha_port)  # a slot is free again
