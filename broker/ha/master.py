@@ -53,6 +53,11 @@ WRITE_BUDGET_BYTES = 128 * 1024  # unsent bytes per connection before the stream
 READ_LIMIT_BYTES = 16 * 1024  # a connection's unread input pauses reading at twice this
 
 
+def _host(peer: str) -> str:
+    """The log-limiting key of a peer: its address without the port (one line per source, not per connection)."""
+    return peer.rpartition(":")[0] or peer
+
+
 def admin_secret_lookup(validator: Any) -> Callable[[str], str | None]:
     """``access_key -> secret`` of the admin accounts of the ACL file (read at each handshake: reloads apply)."""
     def admin_secret(access_key: str) -> str | None:
@@ -82,7 +87,7 @@ class _SlaveConnection:
                 if not task.cancelled() and task.exception() is not None:
                     exc = task.exception()
                     level = logging.WARNING if isinstance(exc, HAProtocolError) else logging.INFO
-                    log.log(level, "slave %s disconnected: %s", self.addr, exc)
+                    _limited.log(level, ("disconnected", _host(self.addr)), "slave %s disconnected: %s", self.addr, exc)
         finally:
             for task in tasks:
                 task.cancel()
@@ -108,7 +113,8 @@ class _SlaveConnection:
                 if not self.requested.done():
                     self.requested.set_result(offset)
                     master.slaves.add(self)  # a slave (SYNC_MASTER counts it) once it said where to start
-                    log.info("slave %s connected, replicating from offset %d", self.addr, offset)
+                    _limited.info(("connected", _host(self.addr)), "slave %s connected, replicating from offset %d",
+                                  self.addr, offset)
                     continue
                 own = master.max_offset()
                 if offset > own:
@@ -251,7 +257,7 @@ class HAMaster:
                         lambda: protocol, conn, ssl=self.ssl_context,
                         ssl_handshake_timeout=min(TLS_HANDSHAKE_TIMEOUT_S, HANDSHAKE_TIMEOUT_S))
             except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
-                _limited.info(("tls", peer), "HA port: TLS handshake with %s failed (tlsMode=enforcing): %s", peer,
+                _limited.info(("tls", _host(peer)), "HA port: TLS handshake with %s failed (tlsMode=enforcing): %s", peer,
                               getattr(exc, "reason", None) or exc or type(exc).__name__)
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
@@ -261,7 +267,7 @@ class HAMaster:
                 return
             await _SlaveConnection(self, reader, writer, peer, first).run()
         except (OSError, ConnectionError) as exc:
-            log.info("HA connection from %s ended: %s", peer, exc)
+            _limited.info(("ended", _host(peer)), "HA connection from %s ended: %s", peer, exc)
         finally:
             if writer is not None:
                 writer.close()
@@ -279,16 +285,16 @@ class HAMaster:
                 data = await asyncio.wait_for(reader.read(4096), max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 if handshake is None:
-                    log.info("HA port: %s sent no report for %.0f s: closed", peer, HOUSEKEEPING_INTERVAL_S)
+                    _limited.info(("silent", _host(peer)), "HA port: %s sent no report for %.0f s: closed", peer, HOUSEKEEPING_INTERVAL_S)
                     return None
-                _limited.warning(("auth", peer), "HA port: %s did not authenticate within %.0f s (aclEnable=true): "
+                _limited.warning(("auth", _host(peer)), "HA port: %s did not authenticate within %.0f s (aclEnable=true): "
                                  "closed", peer, HANDSHAKE_TIMEOUT_S)
                 return None
             if not data:
                 return None
             if handshake is None:
                 if looks_like_handshake(data):
-                    _limited.warning(("no-acl", peer), "HA port: %s wants to authenticate, but aclEnable=false on "
+                    _limited.warning(("no-acl", _host(peer)), "HA port: %s wants to authenticate, but aclEnable=false on "
                                      "this master: closed (turn ACL on on both brokers, or off on both)", peer)
                     await self._send_and_close(writer, encode_refuse(
                         "aclEnable=false on this master: it does not authenticate slaves"))
@@ -297,14 +303,15 @@ class HAMaster:
             try:
                 handshake.feed(data)
             except HandshakeError as exc:
-                _limited.warning(("auth", peer), "HA port: refused %s: %s", peer, exc)
+                _limited.warning(("auth", _host(peer)), "HA port: refused %s: %s", peer, exc)
                 await self._send_and_close(writer, handshake.outbound())
                 return None
             out = handshake.outbound()
             if out:
                 writer.write(out)
             if handshake.done:
-                log.info("HA port: %s authenticated as admin account %s", peer, handshake.access_key)
+                _limited.info(("authenticated", _host(peer)), "HA port: %s authenticated as admin account %s", peer,
+                              handshake.access_key)
                 return handshake.rest or await self._first_read(reader)
 
     @staticmethod
