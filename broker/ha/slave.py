@@ -26,7 +26,7 @@ from typing import Any
 from broker.background import BackgroundService
 from broker.log_limit import RateLimitedLog
 from broker.store.types import IllegalRecordError
-from protocol.ha import FrameReader, HAProtocolError, SlaveHandshake, encode_report
+from protocol.ha import FrameReader, HAProtocolError, SlaveHandshake, encode_report, looks_like_handshake
 
 log = logging.getLogger(__name__)
 _limited = RateLimitedLog(log, interval_s=60.0)
@@ -105,6 +105,7 @@ class HASlave(BackgroundService):
             frames = FrameReader()
             reported = own
             last_report = time.monotonic()
+            first_chunk = True
             while True:
                 if first:
                     data, first = first, b""
@@ -121,6 +122,10 @@ class HASlave(BackgroundService):
                                   "it and is left as it is (see the master's log; rebuild one of them)", address, own)
                     raise ConnectionError("closed by the master (an offset it could not serve? see its log)")
                 if data:
+                    first_chunk, was_first = False, first_chunk
+                    if was_first and self.credentials is None and looks_like_handshake(data):  # never a frame
+                        raise HAProtocolError("the master requires authentication (aclEnable=true there): set "
+                                              "aclEnable=true and an admin account's accessKey/secretKey on this slave")
                     for offset, chunk in frames.feed(data):
                         self.last_frame_time = time.monotonic()
                         end = offset + len(chunk)

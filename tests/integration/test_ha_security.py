@@ -332,3 +332,15 @@ async def test_the_ha_port_refuses_connections_past_its_cap(tmp_path, broker_fac
     assert not closed
     for _, w in held[1:] + [(over_r, over_w), (again_r, again_w)]:
         w.close()
+
+
+async def test_acl_on_one_side_only_is_refused_with_a_clear_line_on_each(tmp_path, broker_factory, acl_file):
+    master, slave, _ = master_and_slave(tmp_path, broker_factory, master_extra={"aclEnable": "true"})
+    slave.start()  # no ACL, no credentials: it speaks the plain protocol
+    try:
+        line = await asyncio.to_thread(slave.wait_for_log, "requires authentication", 15)
+        assert "set aclEnable=true and an admin account's accessKey/secretKey on this slave" in line
+        assert "did not send a handshake message" in master.wait_for_log("HA port: refused", 5)
+        assert log_bytes(slave.store_dir).strip(b"\0") == b""
+    finally:
+        slave.stop()
