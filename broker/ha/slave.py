@@ -26,7 +26,13 @@ from typing import Any
 from broker.background import BackgroundService
 from broker.log_limit import RateLimitedLog
 from broker.store.types import IllegalRecordError
-from protocol.ha import FrameReader, HAProtocolError, SlaveHandshake, encode_report, looks_like_handshake
+from protocol.ha import (
+    FrameReader,
+    HAProtocolError,
+    SlaveHandshake,
+    encode_report,
+    looks_like_handshake,
+)
 
 log = logging.getLogger(__name__)
 _limited = RateLimitedLog(log, interval_s=60.0)
