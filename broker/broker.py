@@ -31,12 +31,12 @@ from broker.pop.service import PopService, RenewPolicy
 from broker.processors import build_dispatch_table, build_processors, build_run_table
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
-from broker.ha.master import HAMaster
+from broker.ha.master import HAMaster, admin_secret_lookup
 from broker.ha.slave import HASlave
 from broker.ha.metadata_sync import MetadataSync
 from broker.namesrv.outbound import OutboundConnection
 from broker.remoting_server import RemotingServer
-from broker.tls import TlsSettings
+from broker.tls import TlsSettings, outbound_context, outbound_tls_enabled
 from broker.schedule.service import ScheduleMessageService
 from broker.timer.service import TimerMessageService
 from broker.store.message_store import MessageStore
@@ -142,15 +142,6 @@ class Broker:
                                 config.transaction_check_max, float(config.file_reserved_time)),
             store_host=self.store_host, broker_name=config.broker_name,
             producer_channel=self.producer_manager.find_channel)
-        # Replication: a master streams its log to slaves on haListenPort; a slave pulls its master's.
-        self.ha_master = HAMaster(self.store.commit_log, config.listen_host, config.ha_port) if config.is_master \
-            else None
-        self.ha_slave = None if config.is_master else HASlave(self.store, config.ha_master_address)
-        self.metadata_sync = None if config.is_master else MetadataSync(
-            topics=self.topic_config_manager, groups=self.subscription_group_manager,
-            offsets=self.consumer_offset_manager, delay_offset_path=os.path.join(config_dir, "delayOffset.json"),
-            own_addr=config.broker_addr,
-            connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length))
         # POP consumption (5.x SDKs over gRPC): one store, groups and offsets shared with remoting consumers.
         self.pop_service = PopService(self.store, self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, config_dir, config.broker_name,
@@ -174,6 +165,7 @@ class Broker:
         self.tls = TlsSettings.from_config(config)
         self.ssl_context = self.tls.server_context()
         tls_args = {"tls": self.tls, "ssl_context": self.ssl_context}
+        self._build_replication(config)
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker",
                                      guard=self.connection_guard, request_guard=request_guard,
@@ -195,6 +187,26 @@ class Broker:
         self._timer_started = False
         self._stopped = False
 
+    def _build_replication(self, config: BrokerConfig) -> None:
+        """A master streams its log to slaves on haListenPort; a slave pulls its master's. Under aclEnable both
+        sides authenticate with an admin account (the slave's accessKey/secretKey); under tlsMode=enforcing the
+        link is TLS (the slave: tlsEnable)."""
+        credentials = (config.access_key, config.secret_key) if config.acl_enable and config.access_key else None
+        outbound_ssl = outbound_context(config) if outbound_tls_enabled(config) else None
+        self.ha_master = HAMaster(
+            self.store.commit_log, config.listen_host, config.ha_port, max_connections=config.ha_max_connections,
+            admin_secret=admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None,
+            ssl_context=self.ssl_context if self.tls.mode == "enforcing" else None) if config.is_master else None
+        self.ha_slave = None if config.is_master else HASlave(self.store, config.ha_master_address,
+                                                              credentials=credentials, ssl_context=outbound_ssl)
+        self.metadata_sync = None if config.is_master else MetadataSync(
+            topics=self.topic_config_manager, groups=self.subscription_group_manager,
+            offsets=self.consumer_offset_manager,
+            delay_offset_path=os.path.join(config.config_dir, "delayOffset.json"), own_addr=config.broker_addr,
+            connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length,
+                                                    ssl_context=outbound_ssl),
+            credentials=(config.access_key, config.secret_key) if config.access_key else None)
+
     # ---- properties -----------------------------------------------------------------------------
     @property
     def port(self) -> int:
@@ -211,10 +223,13 @@ class Broker:
 
     def listening(self) -> str:
         """The real bind address of every listener, for the boot line:
-        ``broker 0.0.0.0:10911 (tls permissive), vip 0.0.0.0:10909, namesrv 0.0.0.0:9876, metrics 127.0.0.1:9100``."""
+        ``broker 0.0.0.0:10911 (tls permissive), vip 0.0.0.0:10909, ha 0.0.0.0:10912, namesrv 0.0.0.0:9876,
+        metrics 127.0.0.1:9100``."""
         parts = [f"broker {self.server.describe()}"]
         if self.vip_server is not None:
             parts.append(f"vip {self.vip_server.describe()}")
+        if self.ha_master is not None and self.ha_master.port:
+            parts.append(f"ha {self.ha_master.describe()}")
         if self.namesrv is not None and self.namesrv.server is not None:
             parts.append(f"namesrv {self.namesrv.server.describe()}")
         if self.metrics.bind_addr:

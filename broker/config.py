@@ -205,6 +205,9 @@ class BrokerConfig:
     acl_time_tolerance_seconds: int = 900
     access_key: str | None = None  # project keys: this broker's admin account, signs REGISTER_BROKER/UNREGISTER_BROKER
     secret_key: str | None = None  # ... to name servers that have ACL on
+    # issue 27, HA link: connections the HA port accepts at once (past it: closed at accept, before TLS or the
+    # handshake); authentication follows aclEnable (a SLAVE signs with accessKey/secretKey), TLS tlsMode=enforcing
+    ha_max_connections: int = 32
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
@@ -423,6 +426,7 @@ class BrokerConfig:
             raise ConfigError("accessKey and secretKey go together: set both or neither",
                               "secretKey" if self.access_key else "accessKey")
         _check_flood_limits(self)
+        self._check_ha_link()
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
 
@@ -470,6 +474,15 @@ def _check_flood_limits(cfg: BrokerConfig) -> None:
     if not 1024 <= cfg.max_message_properties_bytes <= 32767:
         raise ConfigError(f"expected 1024..32767 (a record holds at most 32767 bytes of properties), got "
                           f"{cfg.max_message_properties_bytes}", "maxMessagePropertiesBytes")
+
+
+    def _check_ha_link(self) -> None:
+        """Issue 27, HA link: a sane connection cap; a SLAVE under aclEnable must be able to prove an account."""
+        if not 1 <= self.ha_max_connections <= 65535:
+            raise ConfigError(f"expected 1..65535, got {self.ha_max_connections}", "haMaxConnections")
+        if self.acl_enable and not self.is_master and not self.access_key:
+            raise ConfigError("a SLAVE with aclEnable=true must prove an admin account of the ACL file to its "
+                              "master's HA port: set accessKey and secretKey", "accessKey")
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from protocol.ids import _unpack_cached, offset_msg_id, pack_host
+from protocol.names import record_names_problem
 from protocol.properties import (
     MAX_PROPERTIES_BYTES,
     PROPERTY_KEYS,
@@ -26,7 +27,7 @@ __all__ = [
     "TRANSACTION_PREPARED_TYPE", "TRANSACTION_COMMIT_TYPE", "TRANSACTION_ROLLBACK_TYPE", "TRANSACTION_TYPE_MASK",
     "BORNHOST_V6_FLAG", "STOREHOST_V6_FLAG", "NEED_UNWRAP_FLAG", "INNER_BATCH_FLAG", "COMPRESSION_TYPE_MASK",
     "RecordError", "MessageRecord", "BatchEntry", "body_crc", "record_size", "pack_record_into", "encode_record",
-    "decode_record", "iter_records", "check_record", "encode_batch_body", "decode_batch_body",
+    "decode_record", "iter_records", "check_record", "record_names_problem_at", "encode_batch_body", "decode_batch_body",
     "iter_batch_entries",
     "BLANK_MARKER_SIZE", "pack_blank_marker_into", "MIN_RECORD_SIZE",
 ]
@@ -371,9 +372,10 @@ def _decode_text(raw) -> str:
 def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> int:
     """Validate the record at buf[pos:limit] for recovery.
 
-    Returns its TOTALSIZE if magic, sizes (TOTALSIZE equals the size recomputed from the parsed lengths) and, when
-    verify_crc, BODYCRC are all consistent; -1 for a BLANK end-of-file marker; 0 for end of valid data (zero fill,
-    garbage, or a record truncated by ``limit``).
+    Returns its TOTALSIZE if magic, sizes (TOTALSIZE equals the size recomputed from the parsed lengths), topic
+    and queue id (``protocol.names``: they become store paths) and, when verify_crc, BODYCRC are all consistent; -1
+    for a BLANK end-of-file marker; 0 for end of valid data (zero fill, garbage, an illegal topic or queue id, or a
+    record truncated by ``limit``). ``record_names_problem_at`` says which name was wrong.
     """
     left = limit - pos
     if left < BLANK_MARKER_SIZE:
@@ -406,6 +408,8 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> int:
     p += topic_width
     if topic_len < 0 or p + topic_len + 2 > end:
         return 0
+    if record_names_problem(buf[p:p + topic_len], _INT.unpack_from(buf, pos + 12)[0]) is not None:
+        return 0  # the topic bytes are not CRC-covered: a name that is no topic would become a path
     p += topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]
     if props_len < 0 or p + 2 + props_len != end:
@@ -415,6 +419,34 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> int:
         if zlib.crc32(buf[body_start : body_start + body_len]) & _MASK31 != stored_crc:
             return 0
     return total
+
+
+def record_names_problem_at(buf, pos: int, limit: int) -> str | None:
+    """The reason a record whose sizes are consistent has an illegal topic or queue id; None when its names are
+    legal or it is not such a record (then ``check_record`` rejected it for its sizes or magic)."""
+    if limit - pos < MIN_RECORD_SIZE:
+        return None
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_RECORD_SIZE or total > limit - pos:
+        return None
+    sys_flag = _INT.unpack_from(buf, pos + 36)[0]
+    p = pos + 88 + (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (12 if sys_flag & STOREHOST_V6_FLAG else 0)
+    end = pos + total
+    if p > end:
+        return None
+    body_len = _INT.unpack_from(buf, p - 4)[0]
+    width = 1 if magic == MAGIC_V1 else 2
+    if body_len < 0 or p + body_len + width + 2 > end:
+        return None
+    p += body_len
+    topic_len = (_BYTE if width == 1 else _SHORT).unpack_from(buf, p)[0]
+    p += width
+    if topic_len < 0 or p + topic_len + 2 > end:
+        return None
+    props_len = _SHORT.unpack_from(buf, p + topic_len)[0]
+    if props_len < 0 or p + topic_len + 2 + props_len != end:
+        return None
+    return record_names_problem(buf[p:p + topic_len], _INT.unpack_from(buf, pos + 12)[0])
 
 
 # --- batch body (§4.3.4) -------------------------------------------------------------------------------------------

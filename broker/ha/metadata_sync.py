@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from broker.background import BackgroundService
+from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.json_body import as_int
@@ -29,7 +30,8 @@ class MetadataSync(BackgroundService):
     task_name = "slave-metadata-sync"
 
     def __init__(self, *, topics: Any, groups: Any, offsets: Any, delay_offset_path: str, own_addr: str,
-                 connect: Any, interval_s: float = INTERVAL_S) -> None:
+                 connect: Any, interval_s: float = INTERVAL_S, credentials: tuple[str, str] | None = None) -> None:
+        self.credentials = credentials  # (accessKey, secretKey): requests signed for a master with ACL on
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
@@ -74,7 +76,11 @@ class MetadataSync(BackgroundService):
             if self._conn is not None:
                 self._conn.close()
             self._conn, self._conn_addr = self.connect(addr), addr
-        reply = await self._conn.invoke(RemotingCommand.request(code, {}, opaque=0), REQUEST_TIMEOUT_S)
+        fields: dict[str, Any] = {}
+        if self.credentials is not None:
+            fields[ACCESS_KEY] = self.credentials[0]
+            fields[SIGNATURE] = sign(self.credentials[1], fields)
+        reply = await self._conn.invoke(RemotingCommand.request(code, fields, opaque=0), REQUEST_TIMEOUT_S)
         if reply.code != ResponseCode.SUCCESS:
             return None
         return loads_lenient(reply.body) if reply.body else None

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from broker.descriptors import DescriptorBudget
 from broker.managers.persistence import ChangeJournal, PersistentTable, bump_version
 from protocol.config_bodies import DataVersion, TopicConfig
+from protocol.names import RETRY_DLQ_TOPIC_MAX_LENGTH, TOPIC_MAX_LENGTH, topic_problem  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -49,8 +50,6 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
 DLQ_NUMS_PER_GROUP = 1
 
-TOPIC_MAX_LENGTH = 127
-RETRY_DLQ_TOPIC_MAX_LENGTH = 255
 GROUP_MAX_LENGTH = 255  # the reference client's Validators.CHARACTER_MAX_LENGTH
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would let a trailing newline through
 
@@ -70,19 +69,9 @@ def dlq_topic(group: str) -> str:
 
 
 def validate_topic(topic: str | None) -> str | None:
-    """None when ``topic`` is a legal name, else the reason (used as the response remark)."""
-    if not topic:
-        return "The specified topic is blank."
-    limit = (
-        RETRY_DLQ_TOPIC_MAX_LENGTH
-        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
-        else TOPIC_MAX_LENGTH
-    )
-    if len(topic) > limit:
-        return f"The specified topic is longer than topic max length {limit}."
-    if not _TOPIC_CHARS.fullmatch(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    return None
+    """None when ``topic`` is a legal name, else the reason (used as the response remark). The rule lives in
+    protocol/names.py, where the store checks records read back from the log by it too."""
+    return topic_problem(topic)
 
 
 def validate_group(group: str | None) -> str | None:

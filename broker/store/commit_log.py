@@ -124,6 +124,12 @@ class CommitLog:
             mf.wrote_position = pos + len(data)
         self._cur = mf
 
+    def cut_tail(self, offset: int) -> None:
+        """A slave drops replicated bytes from ``offset`` on (a record it refused): zeroed, the next frame is written
+        there. Unlike ``set_end`` nothing before ``offset`` is marked flushed."""
+        self.mfq.truncate_to(offset)
+        self._cur = self.mfq.find(offset) or (self.mfq.files[-1] if self.mfq.files else None)
+
     # -- writing ----------------------------------------------------------------
     def _next_file(self) -> MappedFile:
         """Switch to the file after the current one, creating it if needed."""

@@ -278,8 +278,9 @@ class ConsumeQueue:
         log.warning("consume queue %s/%d: gap before offset %d (max %d)", self.topic, self.queue_id,
                     queue_offset, self.max_offset)
         self.reserve(queue_offset - self.max_offset + 1)
-        while self.max_offset < queue_offset:  # keep units contiguous so reads never stop early
-            self.append(0, FILLER_SIZE, 0)
+        while self.max_offset < queue_offset:  # keep units contiguous so reads never stop early; the fillers
+            self.append(phys, FILLER_SIZE, 0)  # carry this record's offset: phys 0 would read as a head filler
+            # (correct_min_offset) and hide every unit before the gap
         self.append(phys, size, tags_code)
 
     # -- reading ----------------------------------------------------------------

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, check_record
+from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, check_record, record_names_problem_at
 
 from .mapped_file import data_ranges
 
@@ -112,6 +112,9 @@ def describe_damage(cl: CommitLog, offset: int, verify_crc: bool) -> str:
     total, magic = _SIZE_MAGIC.unpack(head)
     if magic not in (MAGIC_V1, MAGIC_V2, BLANK_MAGIC):
         return "bad magic code"
+    names = record_names_problem_at(mf.mm, pos, cl.file_size)
+    if names is not None:
+        return f"a record that is no message of this store: {names}"
     if verify_crc and check_record(mf.mm, pos, cl.file_size, False) > 0:
         if _LONG.unpack_from(mf.mm, pos + 28)[0] != offset:
             return "record claims another position"

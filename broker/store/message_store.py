@@ -15,7 +15,8 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record
+from protocol.message import (BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record,
+                              record_names_problem_at)
 
 from .recovery import recover, redispatch
 from .append import ArrivalListener, MessageAppender
@@ -28,7 +29,7 @@ from .lock import StoreDirectoryLock
 from .mapped_file import StoreFileError, remove_file
 from .retention import RetentionService, disk_used_ratio
 from .tombstones import FILE_NAME as TOMBSTONES_FILE, TopicTombstones
-from .types import GetResult, GetStatus, QueryResult, StoreConfig
+from .types import GetResult, GetStatus, IllegalRecordError, QueryResult, StoreConfig
 
 __all__ = ["ArrivalListener", "MessageStore", "StoreConfig"]
 
@@ -470,17 +471,27 @@ class MessageStore(MessageAppender):
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Write a frame of the master's log at its offset, then dispatch the records it completed to the consume
         queues and index (a record cut by the frame's end waits for the next one). Returns the new log end.
-        Raises ValueError when offset is not this log's end."""
+        Raises ValueError when offset is not this log's end, IllegalRecordError (the bytes from that record on are
+        cut again, nothing of it is dispatched) when a complete record has an illegal topic or queue id."""
         cl = self.commit_log
         dispatched = getattr(self, "_replica_dispatched", None)
         if dispatched is None or not cl.mfq.files:
             dispatched = cl.max_offset if cl.mfq.files else offset
         cl.append_raw(offset, data)
         end = cl.max_offset
-        redispatch(self, dispatched, end)
         last = dispatched
         for mf, pos, size in cl.iter_record_positions(dispatched, end):
             last = mf.file_from_offset + pos + size
+        stopped_in = cl.mfq.find(last) if last < end else None
+        if stopped_in is not None:  # a complete record whose topic or queue id would become a bad path: refuse it
+            base = stopped_in.file_from_offset
+            problem = record_names_problem_at(stopped_in.mm, last - base, min(cl.file_size, end - base))
+            if problem is not None:
+                cl.cut_tail(last)
+                self._replica_dispatched = last
+                redispatch(self, dispatched, last)
+                raise IllegalRecordError(f"the record at commit log offset {last} is refused: {problem}")
+        redispatch(self, dispatched, end)
         if last == dispatched and end - dispatched >= 8:
             nxt = cl.mfq.find(dispatched)
             if nxt is not None and nxt.file_from_offset + cl.file_size <= end:

@@ -202,3 +202,7 @@ class QueryResult:
     records: list[bytes]
     index_last_update_timestamp: int
     index_last_update_phyoffset: int
+
+
+class IllegalRecordError(ValueError):
+    """A commit-log record read back (a master's stream) whose topic or queue id cannot be a queue of this store."""

@@ -155,7 +155,8 @@ async def test_listening_line_states_real_bind_addresses(broker_factory):
             break
         await asyncio.sleep(0.05)
     assert line == (f"listening: broker 127.0.0.1:{broker.port}, vip 127.0.0.1:{broker.port - 2}, "
-                    f"namesrv 127.0.0.1:{broker.namesrv_port}, metrics 127.0.0.1:{metrics_port}")
+                    f"ha 127.0.0.1:{broker.port + 1}, namesrv 127.0.0.1:{broker.namesrv_port}, "
+                    f"metrics 127.0.0.1:{metrics_port}")
 
 
 async def test_standalone_name_server_and_broker_registration_over_tls(broker_factory, pki, tmp_path):

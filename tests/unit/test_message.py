@@ -17,6 +17,7 @@ from protocol.message import (
     RecordError,
     body_crc,
     check_record,
+    record_names_problem_at,
     decode_record,
     encode_record,
     iter_records,
@@ -24,6 +25,7 @@ from protocol.message import (
     pack_record_into,
     record_size,
 )
+from protocol.names import record_names_problem
 
 # wire-examples.md Frame 4 body (bytes 0x00fd-0x01e1): the CommitLog record at file position 0.
 FRAME4_RECORD = bytes.fromhex(
@@ -240,7 +242,9 @@ def test_round_trip(items):
     pos = 0
     joined = b"".join(raws)
     for (fields, props), raw, rec in zip(items, raws, decoded):
-        assert check_record(joined, pos, len(joined)) == len(raw)
+        legal = record_names_problem(fields["topic"], fields["queue_id"]) is None  # names become store paths
+        assert check_record(joined, pos, len(joined)) == (len(raw) if legal else 0)
+        assert (record_names_problem_at(joined, pos, len(joined)) is None) == legal
         assert decode_record(joined, pos) == rec
         pos += len(raw)
         assert isinstance(rec, MessageRecord)
