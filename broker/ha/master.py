@@ -168,6 +168,8 @@ class HAMaster:
     ``admin_secret`` (aclEnable=true): the handshake's account lookup, see ``admin_secret_lookup``; None: no
     authentication, as the reference. ``ssl_context``: TLS only (tlsMode=enforcing)."""
 
+    connection_class: type = _SlaveConnection  # controller mode: ha/epoch_master.py's
+
     def __init__(self, commit_log: Any, host: str, port: int, *, max_connections: int = 32,
                  admin_secret: Callable[[str], str | None] | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -265,7 +267,7 @@ class HAMaster:
             first = await self._admit(reader, writer, peer, deadline)
             if first is None:
                 return
-            await _SlaveConnection(self, reader, writer, peer, first).run()
+            await self.connection_class(self, reader, writer, peer, first).run()
         except (OSError, ConnectionError) as exc:
             _limited.info(("ended", _host(peer)), "HA connection from %s ended: %s", peer, exc)
         finally:
