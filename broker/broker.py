@@ -197,7 +197,9 @@ class Broker:
             self.store.commit_log, config.listen_host, config.ha_port, max_connections=config.ha_max_connections,
             admin_secret=admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None,
             ssl_context=self.ssl_context if self.tls.mode == "enforcing" else None) if config.is_master else None
-        self.ha_slave = None if config.is_master else HASlave(self.store, config.ha_master_address,
+        if config.enable_controller_mode:  # issue 28: the controller decides; the role objects are replicas/roles.py's
+            self.ha_master = None
+        self.ha_slave = None if config.is_master or config.enable_controller_mode else HASlave(self.store, config.ha_master_address,
                                                               credentials=credentials, ssl_context=outbound_ssl)
         self.metadata_sync = None if config.is_master else MetadataSync(
             topics=self.topic_config_manager, groups=self.subscription_group_manager,
@@ -206,6 +208,12 @@ class Broker:
             connect=lambda addr: OutboundConnection(addr, max_frame_size=config.frame_max_length,
                                                     ssl_context=outbound_ssl),
             credentials=(config.access_key, config.secret_key) if config.access_key else None)
+        self.roles = None
+        self.replicas = None
+        if config.enable_controller_mode:
+            from broker.replicas.roles import BrokerRoles
+
+            self.roles = BrokerRoles(self)
 
     # ---- properties -----------------------------------------------------------------------------
     @property
@@ -291,11 +299,14 @@ class Broker:
         if self.ha_master is not None:
             await self._start_ha_master()
         self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
-        if self.ha_slave is not None:
+        if self.roles is not None:  # controller mode: fenced (no routes, no writes) until the controller decides
+            await self._start_controller_mode()
+        elif self.ha_slave is not None:
             self.registrar.master_listener = self._learn_master
             self.ha_slave.start()
             self.metadata_sync.start()
-        await self.registrar.start()
+        if self.roles is None:
+            await self.registrar.start()
         if self.acl_watcher is not None:
             self.acl_watcher.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
@@ -303,6 +314,21 @@ class Broker:
         await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
         await self._start_console()
         await self._start_grpc()
+
+    async def _start_controller_mode(self) -> None:
+        """Issue 28: load the epoch file, then register with the controller in the background."""
+        from broker.replicas.manager import ReplicasManager
+        from broker.store.epoch_file import EpochFileError
+
+        try:
+            self.roles.load()
+        except (EpochFileError, OSError) as exc:
+            raise ConfigError(f"the epoch file cannot be read: {exc}", "storePathEpochFile") from None
+        self.replicas = ReplicasManager(self.config, self.roles, self.roles.offsets,
+                                        ssl_context=outbound_context(self.config)
+                                        if outbound_tls_enabled(self.config) else None)
+        self.roles.manager = self.replicas
+        self.replicas.start()
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
         """A slave's registration answer names its master: replicate from it and copy its metadata."""
@@ -440,6 +466,11 @@ class Broker:
                 await self.pop_service.stop()
             except Exception:
                 log.exception("stopping the POP service failed")
+        if self.replicas is not None:
+            await self.replicas.stop()
+        if self.roles is not None:
+            await self.roles.stop()
+            await self.metadata_sync.stop()
         if self.ha_master is not None:
             await self.ha_master.stop()
         if self.ha_slave is not None:

@@ -208,6 +208,25 @@ class BrokerConfig:
     # issue 27, HA link: connections the HA port accepts at once (past it: closed at accept, before TLS or the
     # handshake); authentication follows aclEnable (a SLAVE signs with accessKey/secretKey), TLS tlsMode=enforcing
     ha_max_connections: int = 32
+    # issue 28, broker side of controller mode (broker/replicas, controller.md §3-§10): the controller names this
+    # broker's id and role (no brokerId/brokerRole needed) and changes the role at run time; the store keeps an epoch
+    # file; the master keeps a SyncStateSet and the ack rules of allAckInSyncStateSet / inSyncReplicas /
+    # minInSyncReplicas. controllerAddr is `host:port;host:port`; brokerElectionPriority: lower wins.
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    broker_election_priority: int = 2**31 - 1
+    controller_heart_beat_timeout_mills: int = 10_000
+    sync_broker_metadata_period: int = 5000
+    check_sync_state_set_period: int = 5000
+    sync_controller_metadata_period: int = 10_000
+    broker_heartbeat_interval: int = 1000
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    ha_max_time_slave_not_catchup: int = 15_000
+    store_path_epoch_file: str | None = None  # None -> <storePathRootDir>/epochFileCheckpoint
+    store_path_broker_identity: str | None = None  # None -> <storePathRootDir>/brokerIdentity
+    async_learner: bool = False  # never joins the SyncStateSet, never elected
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15
@@ -253,6 +272,18 @@ class BrokerConfig:
         if not self.namesrv_addr:
             return []
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
+
+    @property
+    def epoch_file_path(self) -> str:
+        return self.store_path_epoch_file or os.path.join(self.store_path_root_dir, "epochFileCheckpoint")
+
+    @property
+    def broker_identity_path(self) -> str:
+        return self.store_path_broker_identity or os.path.join(self.store_path_root_dir, "brokerIdentity")
 
     @property
     def is_master(self) -> bool:
@@ -333,7 +364,9 @@ class BrokerConfig:
             )
         if self.broker_role not in BROKER_ROLES:
             raise ConfigError(f"expected one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}", "brokerRole")
-        if self.broker_role != "SLAVE":
+        if self.enable_controller_mode:
+            _check_controller_mode(self)  # issue 28: the controller decides role and id
+        elif self.broker_role != "SLAVE":
             self.broker_id = 0  # masters always register as id 0, as RocketMQ does
         elif self.broker_id <= 0:
             raise ConfigError(f"a SLAVE needs brokerId > 0, got {self.broker_id}", "brokerId")
@@ -482,6 +515,32 @@ def _check_flood_limits(cfg: BrokerConfig) -> None:
     if not 1024 <= cfg.max_message_properties_bytes <= 32767:
         raise ConfigError(f"expected 1024..32767 (a record holds at most 32767 bytes of properties), got "
                           f"{cfg.max_message_properties_bytes}", "maxMessagePropertiesBytes")
+
+
+def _check_controller_mode(cfg: BrokerConfig) -> None:
+    """Issue 28 (broker side of controller mode): a broker starts fenced, as a SLAVE with no id, until the
+    controller names its role; the controller addresses and periods must be usable."""
+    addrs = [a.strip() for a in cfg.controller_addr.split(";") if a.strip()]
+    if not addrs:
+        raise ConfigError("enableControllerMode=true needs the controllers' addresses (host:port;host:port)",
+                          "controllerAddr")
+    for addr in addrs:
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"expected host:port entries separated by ';', got {addr!r}", "controllerAddr")
+    for attr in ("controller_heart_beat_timeout_mills", "sync_broker_metadata_period", "check_sync_state_set_period",
+                 "sync_controller_metadata_period", "broker_heartbeat_interval", "ha_max_time_slave_not_catchup",
+                 "in_sync_replicas", "min_in_sync_replicas"):
+        if getattr(cfg, attr) <= 0:
+            raise ConfigError(f"must be greater than 0, got {getattr(cfg, attr)}", _ATTR_TO_KEY[attr])
+    if cfg.broker_heartbeat_interval >= cfg.controller_heart_beat_timeout_mills:
+        raise ConfigError(f"must be less than controllerHeartBeatTimeoutMills ({cfg.controller_heart_beat_timeout_mills}"
+                          f"), got {cfg.broker_heartbeat_interval}", "brokerHeartbeatInterval")
+    cfg.broker_role = "SLAVE"  # fenced until registered: the store refuses writes
+    cfg.broker_id = -1
+    for attr in ("store_path_epoch_file", "store_path_broker_identity"):
+        if getattr(cfg, attr):
+            setattr(cfg, attr, _expand_path(getattr(cfg, attr)))
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:

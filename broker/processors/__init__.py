@@ -21,6 +21,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
     from broker.processors.lock import LockProcessor
     from broker.processors.pull import PullProcessor
     from broker.processors.query import QueryProcessor
+    from broker.processors.replicas import ReplicasProcessor
     from broker.processors.retry import RetryProcessor
     from broker.processors.send import SendProcessor
     from broker.processors.transaction import TransactionProcessor
@@ -36,6 +37,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
         "admin": AdminProcessor(broker),
         "client_call": ClientCallProcessor(broker),
         "transaction": TransactionProcessor(broker),
+        "replicas": ReplicasProcessor(broker),
     }
 
 

@@ -96,12 +96,23 @@ class SendProcessor(BrokerProcessor):
         self._random = random.Random()
         self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
         self._sync_flush = bool(self.store.config.sync_flush)
-        self._sync_master = cfg.broker_role == "SYNC_MASTER"
+        self._sync_master = False
+        self.refresh_role()
         self._slave_timeout_s = (cfg.slave_timeout if cfg.slave_timeout and cfg.slave_timeout > 0
                                  else cfg.sync_flush_timeout) / 1000
         self._tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
         self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
         self._limits = SendLimits(cfg)  # issue 27: auto-created topics per client, properties per message
+
+    def refresh_role(self) -> None:
+        """Read the role again (controller mode changes it at run time). A controller-mode master waits for acks
+        only when allAckInSyncStateSet, inSyncReplicas > 1 or minInSyncReplicas > 1 ask for it (controller.md §8)."""
+        cfg = self.config
+        if cfg.enable_controller_mode:
+            self._sync_master = cfg.broker_role != "SLAVE" and (
+                cfg.all_ack_in_sync_state_set or cfg.in_sync_replicas > 1 or cfg.min_in_sync_replicas > 1)
+        else:
+            self._sync_master = cfg.broker_role == "SYNC_MASTER"
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -417,19 +428,47 @@ class SendProcessor(BrokerProcessor):
             return
         ha = self.broker.ha_master
         end = self.store.commit_log.max_offset  # at or past this message's end: never acknowledged too early
+        if self.config.enable_controller_mode:  # controller.md §8: no SLAVE_NOT_AVAILABLE in this mode
+            cfg = self.config
+            if ha is None:
+                return
+            if cfg.all_ack_in_sync_state_set:
+                ok = await ha.wait_for_in_sync(end, self._slave_timeout_s)
+            elif cfg.in_sync_replicas > 1:
+                ok = await ha.wait_for_acks(end, cfg.in_sync_replicas - 1, self._slave_timeout_s)
+            else:
+                ok = True
+            if not ok:
+                result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            return
         if ha is None or not ha.slave_available(end):
             result.status = PutStatus.SLAVE_NOT_AVAILABLE
         elif not await ha.wait_for_slave(end, self._slave_timeout_s):
             result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
 
+    def in_sync_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Controller mode: fewer in-sync replicas than minInSyncReplicas -> not stored (controller.md §8)."""
+        cfg = self.config
+        ha = self.broker.ha_master
+        if cfg.enable_controller_mode and cfg.min_in_sync_replicas > 1 and ha is not None \
+                and ha.in_sync_count() < cfg.min_in_sync_replicas:
+            return self._error(cmd, ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
+        return None
+
     async def _put_replicated(self, cmd: RemotingCommand, message: MessageToStore, queue_id: int,
                               uniq_key: str) -> RemotingCommand:
+        refusal = self.in_sync_refusal(cmd)
+        if refusal is not None:
+            return refusal
         result = await self.store.put_message(message)
         await self._await_slave(result)
         return self._response(cmd, result, queue_id, uniq_key, batch=False)
 
     async def _put_half(self, cmd: RemotingCommand, message: MessageToStore, props: dict[str, str],
                         committed_text: str | None, queue_id: int, uniq_key: str) -> RemotingCommand:
+        refusal = self.in_sync_refusal(cmd)
+        if refusal is not None:
+            return refusal
         result = await self.store.put_message(message)
         await self._await_slave(result)
         if result.ok:
@@ -545,6 +584,9 @@ class SendProcessor(BrokerProcessor):
 
     async def _put_batch(self, cmd: RemotingCommand, messages: list[MessageToStore], queue_id: int,
                          batch_uniq: str | None) -> RemotingCommand:
+        refusal = self.in_sync_refusal(cmd)
+        if refusal is not None:
+            return refusal
         result = await self.store.put_messages(messages)
         await self._await_slave(result)
         return self._response(cmd, result, queue_id, batch_uniq, batch=True)

@@ -1,0 +1,35 @@
+"""Controller-mode requests a broker answers (controller.md §9, §5): GET_BROKER_EPOCH_CACHE (1007), and
+NOTIFY_BROKER_ROLE_CHANGED (1008, one-way from the controller)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.processors.base import BrokerProcessor
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.controller import EpochEntry, EpochEntryCache
+
+
+class ReplicasProcessor(BrokerProcessor):
+    def handlers(self) -> dict[int, Any]:
+        return {RequestCode.GET_BROKER_EPOCH_CACHE: self.get_broker_epoch_cache,
+                RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.notify_broker_role_changed}
+
+    def get_broker_epoch_cache(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        roles = self.broker.roles
+        if roles is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "this broker is not in controller mode "
+                                     "(enableControllerMode=false): it keeps no epochs")
+        cfg = self.config
+        max_offset = self.store.commit_log.max_offset
+        entries = [EpochEntry(e, start, end) for e, start, end in roles.epoch_file.with_ends(max_offset)]
+        body = EpochEntryCache(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, entries, max_offset)
+        return cmd.make_response(ResponseCode.SUCCESS, None, body=body.encode())
+
+    def notify_broker_role_changed(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        manager = self.broker.replicas
+        if manager is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "this broker is not in controller mode")
+        manager.on_role_changed(cmd)
+        return cmd.make_response(ResponseCode.SUCCESS, None)

@@ -1,0 +1,114 @@
+"""The broker's connections to its controllers (controller.md §4): one per ``controllerAddr`` entry, the active
+controller found with CONTROLLER_GET_METADATA_INFO (1005), leader-only requests sent there (a 2007 NOT_LEADER answer
+looks the leader up again once), heartbeats one-way to every reachable controller. Requests a controller sends back on
+these connections (NOTIFY_BROKER_ROLE_CHANGED) go to ``on_request``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from broker.log_limit import RateLimitedLog
+from broker.namesrv.outbound import OutboundConnection, next_opaque
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.controller import GetMetaDataResponseHeader
+
+log = logging.getLogger(__name__)
+_limited = RateLimitedLog(log, interval_s=30.0)
+
+__all__ = ["ControllerLink", "ControllerError"]
+
+REQUEST_TIMEOUT_S = 3.0
+
+
+class ControllerError(ConnectionError):
+    """No controller could be reached or none leads."""
+
+
+class _Connection(OutboundConnection):
+    def __init__(self, addr: str, on_request: Callable[[RemotingCommand], None] | None, **kwargs) -> None:
+        super().__init__(addr, **kwargs)
+        self._on_request = on_request
+
+    def arrived(self, cmd: RemotingCommand) -> None:
+        if not cmd.is_response:
+            if self._on_request is not None:
+                self._on_request(cmd)
+            return
+        super().arrived(cmd)
+
+
+class ControllerLink:
+    def __init__(self, addrs: list[str], *, on_request: Callable[[RemotingCommand], None] | None = None,
+                 max_frame_size: int = 16 * 1024 * 1024, ssl_context=None) -> None:
+        self.addrs = list(addrs)
+        self.connections = {a: _Connection(a, on_request, connect_timeout=1.0, max_frame_size=max_frame_size,
+                                           ssl_context=ssl_context) for a in self.addrs}
+        self.leader: str | None = None
+
+    def close(self) -> None:
+        for c in self.connections.values():
+            c.close()
+
+    async def find_leader(self) -> str | None:
+        """Ask the controllers who leads (1005); the first answer naming a leader wins."""
+        for addr, conn in self.connections.items():
+            try:
+                response = await conn.invoke(RemotingCommand.request(
+                    RequestCode.CONTROLLER_GET_METADATA_INFO, {}, opaque=next_opaque()), REQUEST_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
+                _limited.info(("meta", addr), "controller %s unreachable: %s", addr, exc or type(exc).__name__)
+                conn.close()
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                continue
+            header = GetMetaDataResponseHeader.decode(response.ext_fields)
+            leader = header.controller_leader_address or (addr if header.is_leader else None)
+            if leader:
+                if leader not in self.connections:  # a leader reachable under another spelling: use it as named
+                    self.connections[leader] = _Connection(leader, conn._on_request, connect_timeout=1.0,
+                                                           max_frame_size=conn.max_frame_size,
+                                                           ssl_context=conn.ssl_context)
+                if leader != self.leader:
+                    log.info("active controller: %s", leader)
+                self.leader = leader
+                return leader
+        self.leader = None
+        return None
+
+    async def invoke_leader(self, code: int, header: dict[str, str], body: bytes = b"",
+                            timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
+        """A leader-only request; ControllerError when no controller leads or answers."""
+        for attempt in range(2):
+            leader = self.leader or await self.find_leader()
+            if leader is None:
+                raise ControllerError(f"no active controller among {';'.join(self.addrs)}")
+            conn = self.connections[leader]
+            try:
+                response = await conn.invoke(RemotingCommand.request(code, header, body, opaque=next_opaque()),
+                                             timeout)
+            except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
+                conn.close()
+                self.leader = None
+                if attempt:
+                    raise ControllerError(f"controller {leader}: {exc or type(exc).__name__}") from None
+                continue
+            if response.code == ResponseCode.CONTROLLER_NOT_LEADER and not attempt:
+                self.leader = None
+                continue
+            return response
+        raise ControllerError("no active controller")
+
+    async def oneway_all(self, code: int, header: dict[str, str]) -> int:
+        """Send to every reachable controller (heartbeats); how many took it."""
+        sent = 0
+        for addr in list(self.connections):
+            conn = self.connections[addr]
+            try:
+                await conn.invoke_oneway(RemotingCommand.request(code, header, opaque=next_opaque(), oneway=True))
+                sent += 1
+            except (OSError, asyncio.TimeoutError, ConnectionError, ValueError):
+                conn.close()
+        return sent

@@ -1,0 +1,210 @@
+"""Role changes of a controller-mode broker at run time (controller.md §6), without restarting the process.
+
+Becoming master: the HA client and metadata copies stop, a partial record at the log's tail is cut, the epoch file
+gets (newEpoch, maxPhyOffset), the store takes writes, the HA listener (epoch handshake, SyncStateSet) starts, the
+master-only services (delayed delivery, timer, transaction checks, POP) run, the route id is 0 and the topic
+DataVersion's stateVersion is the masterEpoch; the name servers hear of it at once.
+Becoming slave: the reverse; the HA client replicates from the new master (its HA address: the name server's answer
+for that master, else the master's port + 1) and metadata is copied from it; the route id is the controller id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from broker.ha.epoch_master import EpochHAMaster
+from broker.ha.epoch_slave import EpochHASlave
+from broker.ha.master import admin_secret_lookup
+from broker.store.epoch_file import EpochFile
+from broker.store.truncate import truncate_store
+from broker.tls import outbound_context, outbound_tls_enabled
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BrokerRoles"]
+
+
+def _guess_ha_addr(master_addr: str) -> str:
+    host, _, port = master_addr.rpartition(":")
+    return f"{host}:{int(port) + 1}"
+
+
+class BrokerRoles:
+    """Owned by the broker object in controller mode; ``manager`` (ReplicasManager) is set after construction."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.epoch_file = EpochFile(cfg.epoch_file_path)
+        self.manager: Any = None
+        self.epoch_master: EpochHAMaster | None = None
+        self.master_addr: str | None = None
+        self.unreconcilable: str | None = None
+        self._master_services_loaded = False
+        self._master_services_on = False
+        credentials = (cfg.access_key, cfg.secret_key) if cfg.acl_enable and cfg.access_key else None
+        self.epoch_slave = EpochHASlave(broker.store, None, epoch_file=self.epoch_file, broker_id=-1,
+                                        async_learner=cfg.async_learner, on_unreconcilable=self._on_unreconcilable,
+                                        credentials=credentials,
+                                        ssl_context=outbound_context(cfg) if outbound_tls_enabled(cfg) else None)
+
+    def load(self) -> None:
+        os.makedirs(os.path.dirname(self.epoch_file.path) or ".", exist_ok=True)
+        self.epoch_file.load()
+
+    def offsets(self) -> tuple[int, int, int]:
+        """(last epoch, max offset, confirm offset) for heartbeats."""
+        store = self.broker.store
+        max_offset = store.commit_log.max_offset
+        if self.epoch_master is not None and self.broker.ha_master is self.epoch_master:
+            confirm = self.epoch_master.confirm_offset()
+        else:
+            confirm = self.epoch_slave.confirm_offset if self.epoch_slave.confirm_offset >= 0 else max_offset
+        return self.epoch_file.last_epoch, max_offset, confirm
+
+    def _on_unreconcilable(self, reason: str | None) -> None:
+        """A replica whose history cannot be reconciled is taken out of the routes."""
+        self.unreconcilable = reason
+        registrar = self.broker.registrar
+        if reason is not None:
+            log.error("this replica cannot be reconciled with its master: %s; it is unregistered from the name "
+                      "servers and copies nothing until its store is wiped", reason)
+            if registrar is not None and not registrar._closed:
+                self.broker._spawn(registrar.close(unregister=True), "unregister-unreconcilable")
+
+    # ---- master-only services ----------------------------------------------------------------------------------
+    async def _start_master_services(self) -> None:
+        b = self.broker
+        if self._master_services_on:
+            return
+        if not self._master_services_loaded:
+            b.schedule_service.load()
+            b.timer_service.load()
+            b.store.add_arrival_listener(b.timer_service.on_message_arrival)
+            b.pop_service.load()
+            b.store.add_arrival_listener(b.pop_service.on_message_arrival)
+            self._master_services_loaded = True
+        else:
+            b.timer_service.load()
+            b.pop_service.load()
+        await b.schedule_service.start()
+        b.timer_service.start()
+        b._timer_started = True
+        from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+
+        for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):
+            b.topic_config_manager.create_topic_if_absent(topic, 1)
+        b.transaction_service.start()
+        b.pop_service.start()
+        b._pop_started = True
+        self._master_services_on = True
+
+    async def _stop_master_services(self) -> None:
+        b = self.broker
+        if not self._master_services_on:
+            return
+        self._master_services_on = False
+        await b.schedule_service.stop()
+        await b.timer_service.stop()
+        b._timer_started = False
+        await b.transaction_service.stop()
+        await b.pop_service.stop()
+        b._pop_started = False
+
+    # ---- the two changes ---------------------------------------------------------------------------------------
+    async def become_master(self, epoch: int, members: set[int], set_epoch: int) -> None:
+        b = self.broker
+        cfg = b.config
+        store = b.store
+        manager = self.manager
+        was_master = b.ha_master is self.epoch_master and self.epoch_master is not None
+        if was_master:
+            self.epoch_file.append(epoch, store.commit_log.max_offset)
+        else:
+            await self.epoch_slave.stop()
+            b.ha_slave = None
+            await b.metadata_sync.stop()
+            dispatched = getattr(store, "_replica_dispatched", None)
+            if dispatched is not None and dispatched < store.commit_log.max_offset:
+                cut = truncate_store(store, dispatched)  # a record the old master never finished sending
+                log.info("cut a partial record at the log's tail: %d bytes from %d", cut.bytes_cut, cut.to_offset)
+            store._replica_dispatched = None
+            last = self.epoch_file.last()
+            if last is not None and epoch < last.epoch:
+                log.warning("controller mode: told to be master in epoch %d, but the epoch file is at %d: ignored",
+                            epoch, last.epoch)
+                return
+            self.epoch_file.set_last_epoch(epoch, store.commit_log.max_offset)
+            store.config.replica = False
+            if self.epoch_master is None:
+                self.epoch_master = EpochHAMaster(
+                    store.commit_log, cfg.listen_host, cfg.ha_port, epoch_file=self.epoch_file,
+                    local_id=manager.broker_id, max_not_catchup_ms=cfg.ha_max_time_slave_not_catchup,
+                    all_ack=cfg.all_ack_in_sync_state_set, on_expand=manager.propose_sync_state_set,
+                    max_connections=cfg.ha_max_connections,
+                    admin_secret=admin_secret_lookup(b.acl_validator) if b.acl_validator is not None else None,
+                    ssl_context=b.ssl_context if b.tls.mode == "enforcing" else None)
+                store.add_arrival_listener(self.epoch_master.on_append)
+            await self.epoch_master.start()
+            b.ha_master = self.epoch_master
+        self.epoch_master.set_sync_state_set(members, set_epoch)
+        cfg.broker_role = "SYNC_MASTER"
+        cfg.broker_id = 0
+        b.processors["send"].refresh_role()
+        await self._start_master_services()
+        b.topic_config_manager.data_version.state_version = epoch
+        log.info("controller mode: MASTER of %s in epoch %d (SyncStateSet %s); epochs %s", cfg.broker_name, epoch,
+                 sorted(members), [(e.epoch, e.start_offset) for e in self.epoch_file.entries])
+        await self._register_now()
+
+    async def become_slave(self, master_id: int, master_addr: str | None, epoch: int) -> None:
+        b = self.broker
+        cfg = b.config
+        store = b.store
+        manager = self.manager
+        if b.ha_master is not None:
+            await b.ha_master.stop()
+            b.ha_master = None
+        await self._stop_master_services()
+        store.config.replica = True
+        store._replica_dispatched = None
+        cfg.broker_role = "SLAVE"
+        cfg.broker_id = manager.broker_id
+        b.processors["send"].refresh_role()
+        b.topic_config_manager.data_version.state_version = epoch
+        self.master_addr = master_addr
+        slave = self.epoch_slave
+        slave.broker_id = manager.broker_id
+        b.ha_slave = slave
+        if master_addr:
+            slave.set_master(_guess_ha_addr(master_addr))
+            slave.start()
+            b.metadata_sync.learn_master(master_addr)
+            b.metadata_sync.start()
+        log.info("controller mode: SLAVE (id %d) of %s in epoch %d, master %s (id %d)", manager.broker_id,
+                 cfg.broker_name, epoch, master_addr, master_id)
+        await self._register_now()
+
+    def learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        """A registration answer names the master's HA address: use it when it is the controller's master."""
+        if ha_addr and master_addr and master_addr == self.master_addr and self.broker.ha_slave is self.epoch_slave:
+            self.epoch_slave.set_master(ha_addr)
+
+    async def _register_now(self) -> None:
+        registrar = self.broker.registrar
+        if registrar is None or self.unreconcilable:
+            return
+        if registrar._task is None and not registrar._closed:
+            registrar.master_listener = self.learn_master
+            await registrar.start()
+        else:
+            registrar.request_register()
+
+    async def stop(self) -> None:
+        await self.epoch_slave.stop()
+        if self.epoch_master is not None:
+            await self.epoch_master.stop()
+        await asyncio.sleep(0)
