@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
-from client.admin import commands, consumer_commands, transaction_commands
+from client.admin import commands, consumer_commands, epoch_commands, transaction_commands
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 from client.remoting import tls_context
 
@@ -177,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic", help="only this topic")
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", help="one broker (default: every master)")
     p.add_argument("-c", "--clusterName", dest="cluster", help="the masters of this cluster")
+
+    # issue 28, controller mode (broker side): each replica's epoch list
+    p = add("getBrokerEpoch", epoch_commands.get_broker_epoch,
+            "Epoch entries (epoch, start and end offset) of every replica of a broker group, in controller mode")
+    p.add_argument("-b", "--brokerName", dest="broker_name", help="the broker group")
+    p.add_argument("-c", "--clusterName", dest="cluster", help="every group of this cluster")
 
     p = add("consumeMessage", consumer_commands.consume_message,
             "Have one online consumer's listener consume a stored message now (not through its queue)")
