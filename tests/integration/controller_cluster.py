@@ -1,0 +1,199 @@
+"""A controller-mode broker group of real processes on loopback (issue 28): a name server, one controller
+(``python -m broker.controller -c controller.conf``) and N brokers with ``enableControllerMode=true`` sharing one
+brokerName, plus the wire helpers the failover tests and bench/failover.py use (current master from the name
+server's routes, a producer that follows the master, draining a topic)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from conftest import PROJECT_ROOT, BrokerProcess, free_port
+from protocol.bodies import ClusterInfo
+from protocol.codes import RequestCode, ResponseCode
+from protocol.controller import BrokerReplicasInfo, EpochEntryCache, ReplicasInfo
+
+from .test_issue2_cluster import NamesrvProcess
+from .wire import WireClient, props, pull_records, send_v2_fields
+
+GROUP = "broker-f"
+CLUSTER = "FailCluster"
+FILE_SIZE = 1024 * 1024
+
+
+class ControllerProcess:
+    """``python -m broker.controller -c <conf>``: ready once its port accepts connections."""
+
+    def __init__(self, workdir: Path, extra: dict[str, object] | None = None) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        settings = {"listenPort": self.port, "controllerStorePath": workdir / "controller-store", **(extra or {})}
+        self.conf_path = workdir / "controller.conf"
+        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        self.output: list[str] = []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> "ControllerProcess":
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.controller", "-c", str(self.conf_path)],
+                                     cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("controller did not start:\n" + "".join(self.output[-40:]))
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class FailoverCluster:
+    """``replicas`` brokers of one group; ``brokers[i]`` keeps its store across restarts (``restart(i)``)."""
+
+    def __init__(self, workdir: Path, replicas: int = 3, broker_extra: dict[str, object] | None = None,
+                 controller_extra: dict[str, object] | None = None) -> None:
+        self.workdir = workdir
+        self.namesrv = NamesrvProcess()
+        self.controller = ControllerProcess(workdir / "controller", controller_extra).start()
+        self.brokers: list[BrokerProcess] = []
+        for i in range(replicas):
+            d = workdir / f"replica{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            self.brokers.append(BrokerProcess(d, GROUP, embedded_namesrv=False, namesrv_addr=self.namesrv.addr, extra={
+                "brokerClusterName": CLUSTER, "enableControllerMode": "true", "controllerAddr": self.controller.addr,
+                "mappedFileSizeCommitLog": FILE_SIZE, "brokerElectionPriority": i + 1,
+                **(broker_extra or {})}))
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+        self.controller.stop()
+        self.namesrv.stop()
+
+    def by_addr(self, addr: str) -> BrokerProcess:
+        return next(b for b in self.brokers if b.addr == addr)
+
+    # ---- reading the cluster -------------------------------------------------------------------------------------
+    async def routes(self) -> dict[int, str]:
+        """brokerId -> address of the group, as the name server lists it."""
+        async with await WireClient.connect(self.namesrv.addr) as client:
+            resp = await client.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        info = ClusterInfo.decode(resp.body) if resp.body else ClusterInfo()
+        data = info.broker_addr_table.get(GROUP)
+        return dict(data.broker_addrs) if data is not None else {}
+
+    async def master_addr(self) -> str | None:
+        return (await self.routes()).get(0)
+
+    async def replicas_info(self) -> ReplicasInfo | None:
+        async with await WireClient.connect(self.controller.addr) as client:
+            resp = await client.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, json.dumps([GROUP]).encode())
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return None
+        return BrokerReplicasInfo.decode(resp.body).replicas_info_table.get(GROUP)
+
+    async def in_sync_ids(self) -> set[int]:
+        info = await self.replicas_info()
+        return {r.broker_id for r in info.in_sync_replicas} if info is not None else set()
+
+    async def epochs(self, addr: str) -> EpochEntryCache:
+        async with await WireClient.connect(addr) as client:
+            resp = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        return EpochEntryCache.decode(resp.body)
+
+
+class FollowingProducer:
+    """Sends numbered messages to whatever address the name server lists as the group's master, one at a time;
+    ``acked`` maps each acknowledged key to the address that acknowledged it. On an error it looks the master up
+    again (every 20 ms) and resends the same key."""
+
+    def __init__(self, cluster: FailoverCluster, topic: str, body_size: int = 200) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.body = b"f" * body_size
+        self.acked: dict[str, tuple[str, float]] = {}
+        self.failures = 0
+        self.stopping = False
+        self.next = 0
+
+    async def run(self) -> None:
+        addr = None
+        client = None
+        while not self.stopping:
+            try:
+                if addr is None:
+                    addr = await self.cluster.master_addr()
+                    if addr is None:
+                        await asyncio.sleep(0.02)
+                        continue
+                    client = await WireClient.connect(addr)
+                key = f"K{self.next:08d}"
+                resp = await client.request(RequestCode.SEND_MESSAGE_V2,
+                                            send_v2_fields(self.topic, self.next % 2, props(UNIQ_KEY=key, KEYS=key)),
+                                            self.body, timeout=5.0)
+                if resp.code == ResponseCode.SUCCESS:
+                    self.acked[key] = (addr, time.monotonic())
+                    self.next += 1
+                    continue
+                self.failures += 1
+            except (OSError, ConnectionError, asyncio.TimeoutError):
+                self.failures += 1
+            if client is not None:
+                await client.close()
+            client, addr = None, None
+            await asyncio.sleep(0.02)
+        if client is not None:
+            await client.close()
+
+    def first_ack_after(self, t: float, not_addr: str) -> float | None:
+        times = [when for a, when in self.acked.values() if when >= t and a != not_addr]
+        return min(times) if times else None
+
+
+async def drain_keys(addr: str, topic: str, queues: int = 2) -> set[str]:
+    """The UNIQ_KEYs of every message of the topic stored at addr."""
+    keys: set[str] = set()
+    async with await WireClient.connect(addr) as client:
+        for q in range(queues):
+            for rec in await pull_records(client, topic, q):
+                keys.add(rec.properties.get("UNIQ_KEY", ""))
+    return keys
+
+
+def commit_log_bytes(broker: BrokerProcess) -> bytes:
+    files = sorted((broker.store_dir / "commitlog").iterdir())
+    return b"".join(f.read_bytes() for f in files)

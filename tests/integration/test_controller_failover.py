@@ -1,0 +1,180 @@
+"""Controller mode with real processes (issue 28, broker side): a name server, a controller and a broker group whose
+members get their ids and roles from the controller. kill -9 of the master elects a SyncStateSet member within
+seconds with every acknowledged message kept (allAckInSyncStateSet); an old master that accepted messages nobody
+else had (asynchronous replication) rejoins as a slave, cuts that tail, and ends byte-identical to the new master."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from protocol.codes import RequestCode, ResponseCode
+
+from .controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
+from .wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
+
+TOPIC = "FailoverTopic"
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    made: list[FailoverCluster] = []
+
+    def make(*args, **kwargs) -> FailoverCluster:
+        cluster = FailoverCluster(tmp_path, *args, **kwargs)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+async def _topic_known(addr: str) -> bool:
+    async with await WireClient.connect(addr) as client:
+        resp = await client.request(RequestCode.PULL_MESSAGE, pull_fields(TOPIC, "probe", 0, 0, suspend_ms=0))
+    return resp.code != ResponseCode.TOPIC_NOT_EXIST
+
+
+async def _form_group(cluster: FailoverCluster) -> str:
+    """Start replica 0 first (the first election takes the requester), then the others; wait for the full set."""
+    cluster.brokers[0].start()
+    first = await wait_until(cluster.master_addr, "a master in the routes", timeout=30)
+    assert first == cluster.brokers[0].addr
+    for b in cluster.brokers[1:]:
+        b.start()
+    want = len(cluster.brokers)
+    await wait_until(lambda: _count(cluster, want), f"{want} replicas in the SyncStateSet", timeout=40)
+    await create_topic(first, TOPIC, 2)
+    return first
+
+
+async def _count(cluster: FailoverCluster, want: int) -> bool:
+    return len(await cluster.in_sync_ids()) == want
+
+
+async def test_fenced_until_registered_and_epoch_cache(cluster_factory):
+    """A controller-mode broker whose controller is not there takes no writes and is in no route; once the
+    controller runs it registers, is elected and answers GET_BROKER_EPOCH_CACHE (a classic broker refuses it)."""
+    cluster = cluster_factory(1)
+    cluster.controller.stop()
+    b = cluster.brokers[0].start()
+    async with await WireClient.connect(b.addr) as client:
+        refused = await client.request(RequestCode.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(UNIQ_KEY="F")),
+                                       b"x")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    await asyncio.sleep(1.0)
+    assert await cluster.routes() == {}
+    cluster.controller.start()
+    assert await wait_until(cluster.master_addr, "the master in the routes", timeout=30) == b.addr
+    cache = await cluster.epochs(b.addr)
+    assert (cache.broker_name, cache.broker_id) == ("broker-f", 0)
+    assert [(e.epoch, e.start_offset) for e in cache.epoch_list] == [(1, 0)]
+    assert (b.store_dir / "brokerIdentity").read_text().strip() == "FailCluster#broker-f#1"
+    async with await WireClient.connect(b.addr) as client:
+        ok = await client.request(RequestCode.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(UNIQ_KEY="G")), b"y")
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+
+
+async def test_kill_master_elects_in_sync_replica_and_keeps_every_ack(cluster_factory):
+    cluster = cluster_factory(3, broker_extra={"allAckInSyncStateSet": "true"})
+    old = await _form_group(cluster)
+    for b in cluster.brokers[1:]:
+        await wait_until(lambda b=b: _topic_known(b.addr), f"topic copied to {b.addr}", timeout=30)
+    producer = FollowingProducer(cluster, TOPIC)
+    task = asyncio.create_task(producer.run())
+    try:
+        await wait_until(lambda: _gt(len(producer.acked), 300), "300 acknowledged sends", timeout=60)
+        killed_at = time.monotonic()
+        cluster.by_addr(old).kill()
+        new = await wait_until(lambda: _other_master(cluster, old), "a new master in the routes", timeout=30)
+        await wait_until(lambda: _gt(producer.first_ack_after(killed_at, old) or 0, 0), "an ack from the new master",
+                         timeout=30)
+        failover_s = producer.first_ack_after(killed_at, old) - killed_at
+        assert failover_s < 20, failover_s
+        count = len(producer.acked)
+        await wait_until(lambda: _gt(len(producer.acked), count + 100), "100 more acks", timeout=30)
+    finally:
+        producer.stopping = True
+        await task
+    stored = await drain_keys(new, TOPIC)
+    missing = set(producer.acked) - stored
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    cache = await cluster.epochs(new)
+    assert [e.epoch for e in cache.epoch_list] == [1, 2] and cache.broker_id == 0
+    # the old master comes back as a slave of the new one and ends with the same log
+    old_broker = cluster.by_addr(old)
+    old_broker.start()
+    routes = await wait_until(lambda: _listed(cluster, old), "the old master listed as a slave", timeout=30)
+    assert routes[0] == new
+    await wait_until(lambda: _same_end(cluster, old, new), "the old master caught up", timeout=30)
+    a, b = await cluster.epochs(old), await cluster.epochs(new)
+    assert [(e.epoch, e.start_offset) for e in a.epoch_list] == [(e.epoch, e.start_offset) for e in b.epoch_list]
+    assert commit_log_bytes(old_broker)[:a.max_offset] == commit_log_bytes(cluster.by_addr(new))[:a.max_offset]
+
+
+async def test_old_master_cuts_its_divergent_tail(cluster_factory):
+    # asynchronous replication; the slave is frozen while the master takes messages nobody else will have
+    cluster = cluster_factory(2, broker_extra={"controllerHeartBeatTimeoutMills": 30000,
+                                               "haMaxTimeSlaveNotCatchup": 60000})
+    old = await _form_group(cluster)
+    a_proc, b_proc = cluster.by_addr(old), next(b for b in cluster.brokers if b.addr != old)
+    async with await WireClient.connect(old) as client:
+        for i in range(50):
+            r = await client.request(RequestCode.SEND_MESSAGE_V2,
+                                     send_v2_fields(TOPIC, i % 2, props(UNIQ_KEY=f"S{i}")), b"s" * 500)
+            assert r.code == ResponseCode.SUCCESS
+    await wait_until(lambda: _same_end(cluster, old, b_proc.addr), "the slave caught up", timeout=30)
+    os.kill(b_proc.proc.pid, signal.SIGSTOP)
+    try:
+        async with await WireClient.connect(old) as client:
+            for i in range(160):  # ~10 MB: more than the socket buffers between them hold
+                r = await client.request(RequestCode.SEND_MESSAGE_V2,
+                                         send_v2_fields(TOPIC, i % 2, props(UNIQ_KEY=f"D{i}")), b"d" * 64 * 1024)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+        old_end = (await cluster.epochs(old)).max_offset
+        a_proc.kill()
+    finally:
+        os.kill(b_proc.proc.pid, signal.SIGCONT)
+    new = await wait_until(lambda: _other_master(cluster, old), "the slave elected", timeout=30)
+    assert new == b_proc.addr
+    new_cache = await cluster.epochs(new)
+    assert [e.epoch for e in new_cache.epoch_list] == [1, 2]
+    common = new_cache.epoch_list[1].start_offset
+    assert common < old_end  # the old master had bytes the new one never got
+    a_proc.start()
+    log = a_proc.wait_for_log("cut the commit log", timeout=30)
+    line = next(li for li in log.splitlines() if "cut the commit log" in li)
+    assert f"from {old_end} to {common} ({old_end - common} bytes" in line
+    assert log.count("cut the commit log") == 1
+    await wait_until(lambda: _same_end(cluster, old, new), "the old master caught up", timeout=30)
+    a, b = await cluster.epochs(old), await cluster.epochs(new)
+    assert [(e.epoch, e.start_offset) for e in a.epoch_list] == [(e.epoch, e.start_offset) for e in b.epoch_list]
+    assert a.broker_id == 1 and b.broker_id == 0
+    assert commit_log_bytes(a_proc)[:a.max_offset] == commit_log_bytes(b_proc)[:a.max_offset]
+
+
+async def _gt(value, than) -> bool:
+    return value > than
+
+
+async def _other_master(cluster: FailoverCluster, old: str) -> str | None:
+    addr = await cluster.master_addr()
+    return addr if addr and addr != old else None
+
+
+async def _listed(cluster: FailoverCluster, addr: str) -> dict | None:
+    routes = await cluster.routes()
+    return routes if any(a == addr and i > 0 for i, a in routes.items()) else None
+
+
+async def _same_end(cluster: FailoverCluster, a: str, b: str) -> bool:
+    try:
+        x, y = await cluster.epochs(a), await cluster.epochs(b)
+    except (OSError, ConnectionError, AssertionError):
+        return False
+    return x.max_offset == y.max_offset and x.max_offset > 0
