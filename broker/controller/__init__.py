@@ -1,0 +1,28 @@
+"""The controller of controller mode (automatic master failover, controller.md): per-group replica state, broker
+ids, heartbeats, elections. Runs alone (``mqcontroller``) or inside a name server (``enableControllerInNamesrv``).
+
+Floors: state, election, logic and liveness are sans-I/O; backend/etcd_backend store the state; service answers
+requests and runs the scans; __main__ is the process.
+"""
+
+from __future__ import annotations
+
+from broker.controller.backend import Backend, LocalBackend
+from broker.controller.config import ControllerConfig
+
+__all__ = ["make_backend", "make_controller"]
+
+
+def make_backend(config: ControllerConfig, self_address: str) -> Backend:
+    """The backend ``controllerType`` names; ``self_address`` is how brokers reach this controller."""
+    if config.controller_type == "etcd":
+        from broker.controller.etcd_backend import EtcdBackend
+
+        return EtcdBackend(self_address, config.etcd_endpoints)
+    return LocalBackend(self_address, config.controller_store_path)
+
+
+def make_controller(config: ControllerConfig, self_address: str):  # -> Controller (imported lazily)
+    from broker.controller.service import Controller
+
+    return Controller(config, make_backend(config, self_address))
