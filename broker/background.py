@@ -22,6 +22,11 @@ class BackgroundService:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # Python 3.11's wait_for can lose a cancellation that arrives as the awaited operation fails (a connection
+        # lost at the same moment): cancel again until the task really ends.
+        while not task.done():
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=0.5)
+        await asyncio.gather(task, return_exceptions=True)

@@ -74,6 +74,8 @@ class HASlave(BackgroundService):
 
     async def run(self) -> None:
         while True:
+            if self._task is not asyncio.current_task():
+                return  # stopped or replaced while a cancellation was lost: never two replication loops
             await self._address_known.wait()
             address = self.master_address
             try:

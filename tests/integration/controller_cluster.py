@@ -41,6 +41,11 @@ class ControllerProcess:
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         self.output: list[str] = []
         self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    async def past_grace(self, heartbeat_timeout_s: float = 10.0) -> None:
+        """A controller that just started waits one heartbeat timeout before it declares a master dead."""
+        await asyncio.sleep(max(0.0, self.started_at + heartbeat_timeout_s + 0.5 - time.monotonic()))
 
     @property
     def addr(self) -> str:
@@ -59,6 +64,7 @@ class ControllerProcess:
                 break
             try:
                 socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                self.started_at = time.monotonic()
                 return self
             except OSError:
                 time.sleep(0.05)

@@ -89,6 +89,7 @@ async def test_kill_master_elects_in_sync_replica_and_keeps_every_ack(cluster_fa
     task = asyncio.create_task(producer.run())
     try:
         await wait_until(lambda: _gt(len(producer.acked), 300), "300 acknowledged sends", timeout=60)
+        await cluster.controller.past_grace()
         killed_at = time.monotonic()
         cluster.by_addr(old).kill()
         new = await wait_until(lambda: _other_master(cluster, old), "a new master in the routes", timeout=30)
@@ -119,8 +120,7 @@ async def test_kill_master_elects_in_sync_replica_and_keeps_every_ack(cluster_fa
 
 async def test_old_master_cuts_its_divergent_tail(cluster_factory):
     # asynchronous replication; the slave is frozen while the master takes messages nobody else will have
-    cluster = cluster_factory(2, broker_extra={"controllerHeartBeatTimeoutMills": 30000,
-                                               "haMaxTimeSlaveNotCatchup": 60000})
+    cluster = cluster_factory(2, broker_extra={"haMaxTimeSlaveNotCatchup": 60000})
     old = await _form_group(cluster)
     a_proc, b_proc = cluster.by_addr(old), next(b for b in cluster.brokers if b.addr != old)
     async with await WireClient.connect(old) as client:
@@ -129,7 +129,8 @@ async def test_old_master_cuts_its_divergent_tail(cluster_factory):
                                      send_v2_fields(TOPIC, i % 2, props(UNIQ_KEY=f"S{i}")), b"s" * 500)
             assert r.code == ResponseCode.SUCCESS
     await wait_until(lambda: _same_end(cluster, old, b_proc.addr), "the slave caught up", timeout=30)
-    os.kill(b_proc.proc.pid, signal.SIGSTOP)
+    await cluster.controller.past_grace()
+    os.kill(b_proc.proc.pid, signal.SIGSTOP)  # for about a second: well within its heartbeat timeout
     try:
         async with await WireClient.connect(old) as client:
             for i in range(160):  # ~10 MB: more than the socket buffers between them hold
@@ -146,6 +147,11 @@ async def test_old_master_cuts_its_divergent_tail(cluster_factory):
     assert [e.epoch for e in new_cache.epoch_list] == [1, 2]
     common = new_cache.epoch_list[1].start_offset
     assert common < old_end  # the old master had bytes the new one never got
+    async with await WireClient.connect(new) as client:  # the new master's own epoch-2 messages
+        for i in range(20):
+            r = await client.request(RequestCode.SEND_MESSAGE_V2,
+                                     send_v2_fields(TOPIC, i % 2, props(UNIQ_KEY=f"N{i}")), b"n" * 500)
+            assert r.code == ResponseCode.SUCCESS, r.remark
     a_proc.start()
     log = a_proc.wait_for_log("cut the commit log", timeout=30)
     line = next(li for li in log.splitlines() if "cut the commit log" in li)
