@@ -184,3 +184,37 @@ async def _same_end(cluster: FailoverCluster, a: str, b: str) -> bool:
     except (OSError, ConnectionError, AssertionError):
         return False
     return x.max_offset == y.max_offset and x.max_offset > 0
+
+
+async def test_ack_rules_follow_the_sync_state_set(cluster_factory):
+    """allAckInSyncStateSet: a frozen set member makes sends answer FLUSH_SLAVE_TIMEOUT (stored) after slaveTimeout
+    until the master drops it from the set (haMaxTimeSlaveNotCatchup); then minInSyncReplicas=2 refuses sends with
+    "in-sync replicas not enough" (not stored) until the member is back in the set."""
+    cluster = cluster_factory(2, broker_extra={"allAckInSyncStateSet": "true", "minInSyncReplicas": 2,
+                                               "slaveTimeout": 800, "haMaxTimeSlaveNotCatchup": 2000,
+                                               "checkSyncStateSetPeriod": 500})
+    master = await _form_group(cluster)
+    slave = next(b for b in cluster.brokers if b.addr != master)
+
+    async def send(key: str):
+        async with await WireClient.connect(master) as client:
+            return await client.request(RequestCode.SEND_MESSAGE_V2,
+                                        send_v2_fields(TOPIC, 0, props(UNIQ_KEY=key)), b"a" * 100)
+
+    ok = await send("A0")
+    assert ok.code == ResponseCode.SUCCESS, ok.remark  # control: both in the set, both have it
+    os.kill(slave.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        late = await send("A1")
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and time.monotonic() - started >= 0.7
+        await wait_until(lambda: _count(cluster, 1), "the frozen member dropped from the set", timeout=20)
+        refused = await send("A2")
+        assert refused.code == ResponseCode.SYSTEM_ERROR and "in-sync replicas not enough" in refused.remark
+    finally:
+        os.kill(slave.proc.pid, signal.SIGCONT)
+    await wait_until(lambda: _count(cluster, 2), "the member back in the set", timeout=20)
+    back = await send("A3")
+    assert back.code == ResponseCode.SUCCESS, back.remark
+    stored = await drain_keys(master, TOPIC)
+    assert {"A0", "A1", "A3"} <= stored and "A2" not in stored
