@@ -136,6 +136,10 @@ class Controller:
             for _ in range(COMMIT_ATTEMPTS):
                 if not self.backend.is_leader:
                     return logic.Decision(ResponseCode.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
+                try:
+                    await self.backend.prepare(name)
+                except BackendError as exc:
+                    return logic.Decision(ResponseCode.SYSTEM_ERROR, f"cannot read the group: {exc}")
                 state = self.backend.groups.get(name)
                 decision = decide(state)
                 if decision.event is None:
