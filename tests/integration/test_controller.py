@@ -16,9 +16,9 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, ElectMasterResponseBody, SyncStateSet
-from tests.conftest import PROJECT_ROOT, free_port
-from tests.integration.controller_support import ControllerProcess, FakeBroker
-from tests.integration.wire import WireClient
+from conftest import PROJECT_ROOT, free_port
+from .controller_support import ControllerProcess, FakeBroker
+from .wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"

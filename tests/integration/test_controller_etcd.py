@@ -7,6 +7,7 @@ replaced cannot change anything: its commits are fenced and it answers 2007."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -15,9 +16,10 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import SyncStateSet
-from tests.integration.controller_support import ControllerProcess, FakeBroker
-from tests.integration.etcd_support import etcd_cluster, needs_etcd  # noqa: F401 - fixture
-from tests.integration.wire import WireClient
+from .controller_support import ControllerProcess, FakeBroker
+from .etcd_support import etcd_cluster, needs_etcd  # noqa: F401 - fixture
+from .test_controller_admin import mqadmin
+from .wire import WireClient
 
 pytestmark = [needs_etcd, pytest.mark.slow]
 
@@ -137,6 +139,14 @@ async def test_killing_the_active_controller_loses_no_decision(etcd_cluster, tmp
         await asyncio.sleep(1.0)
         meta1 = await _metadata(c1.addr)
         assert meta1["isLeader"] == "false" and meta1["controllerLeaderAddress"] == c2.addr
+        # mqadmin through the standby: it names the leader, and state requests follow it there
+        shown = await mqadmin("getControllerMetaData", "-a", c1.addr)
+        assert f"#ControllerLeaderAddress\t{c2.addr}" in shown.stdout.splitlines(), shown
+        assert shown.stdout.count("#Peer:") == 2
+        sss = json.loads((await mqadmin("getSyncStateSet", "-a", c1.addr, "-b", GROUP, "--json")).stdout)
+        assert sss[GROUP]["masterBrokerId"] == 2 and sss[GROUP]["masterEpoch"] == 2
+        moved = await mqadmin("electMaster", "-a", c1.addr, "-c", CLUSTER, "-bn", GROUP, "-b", "3")
+        assert moved.returncode == 1 and "CONTROLLER_ELECT_MASTER_FAILED" in moved.stderr  # 3 is not in the set
     finally:
         for t in tasks:
             t.cancel()
