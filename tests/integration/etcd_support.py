@@ -79,13 +79,3 @@ class EtcdCluster:
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
                     pass
-
-
-@pytest.fixture
-def etcd_cluster(tmp_path):
-    if ETCD is None:
-        pytest.skip("the etcd binary is missing (apt-get install etcd-server)")
-    (tmp_path / "etcd").mkdir()
-    cluster = EtcdCluster(tmp_path / "etcd").start()
-    yield cluster
-    cluster.stop()

@@ -137,6 +137,10 @@ async def test_ids_register_first_election_and_failover_by_heartbeat_timeout(con
         refused = await c.elect_self()
         assert refused.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
         assert (await c.replica_info()).ext_fields["masterEpoch"] == "3"  # a refusal changes nothing
+        # an ELECT_MASTER without brokerId counts as controller-triggered: no candidate -> 2004, "no master" again
+        anyone = await c.request(RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": CLUSTER, "brokerName": GROUP})
+        assert anyone.code == ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE, anyone
+        assert (await c.replica_info()).ext_fields["masterEpoch"] == "4"
         stop.set()
         for task in beats.values():
             task.cancel()

@@ -17,7 +17,7 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import SyncStateSet
 from .controller_support import ControllerProcess, FakeBroker
-from .etcd_support import etcd_cluster, needs_etcd  # noqa: F401 - fixture
+from .etcd_support import ETCD, EtcdCluster, needs_etcd
 from .test_controller_admin import mqadmin
 from .wire import WireClient
 
@@ -26,6 +26,17 @@ pytestmark = [needs_etcd, pytest.mark.slow]
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
 HB_TIMEOUT_MS = 3000
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """3 etcd members on loopback, data under tmp_path, killed at teardown."""
+    if ETCD is None:
+        pytest.skip("the etcd binary is missing (apt-get install etcd-server)")
+    (tmp_path / "etcd").mkdir()
+    cluster = EtcdCluster(tmp_path / "etcd").start()
+    yield cluster
+    cluster.stop()
 
 
 async def _metadata(addr: str) -> dict:
