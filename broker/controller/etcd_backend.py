@@ -62,6 +62,7 @@ class EtcdBackend(Backend):
         self._peers: list[str] = [self_address]
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
+        self._closing: set[asyncio.Task] = set()
 
     @property
     def group_name(self) -> str:
@@ -84,9 +85,15 @@ class EtcdBackend(Backend):
         host, port = self.endpoints[(self._endpoint - 1) % len(self.endpoints)]
         _limited.warning(("etcd-endpoint", host, port), "controller: etcd %s:%s failed (%s); trying the next "
                          "endpoint", host, port, why)
-        if old is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(old.close(), 2)
+        if old is not None:  # closed in the background: a hung endpoint must not delay the next call
+            task = asyncio.ensure_future(self._close_quietly(old))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_quietly(client: Any) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), 2)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """One RPC on the current endpoint; BackendError (after moving to the next endpoint) when it fails."""
@@ -101,6 +108,12 @@ class EtcdBackend(Backend):
             if self._client is client:
                 await self._rotate(f"{type(exc).__name__}: {exc}")
             raise BackendError(f"etcd {method} failed: {type(exc).__name__}: {exc}") from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled
+            # gRPC cancels the calls of a channel that was closed (another call moved to the next endpoint)
+            raise BackendError(f"etcd {method} was cut off: its endpoint was dropped") from None
 
     @property
     def tx(self) -> Any:
@@ -168,6 +181,8 @@ class EtcdBackend(Backend):
                     self._lease_ok_at = time.monotonic()
             except BackendError:
                 pass
+            except Exception:  # a bug: keep refreshing, say so (rate-limited)
+                _limited.error(("etcd-lease",), "controller: etcd lease refresh failed", exc_info=True)
             if self.is_leader and time.monotonic() - self._lease_ok_at > self.lease_ttl * 2 / 3:
                 self._step_down("its etcd lease could not be refreshed")
 

@@ -199,3 +199,49 @@ async def test_a_frozen_leader_is_fenced_after_another_takes_over(etcd_cluster, 
         c1.kill()
         if c2 is not None:
             c2.kill()
+
+
+async def test_losing_an_etcd_member_does_not_stop_the_controller_group(etcd_cluster, tmp_path):
+    """Both controllers talk to the first endpoint first; kill that etcd member: they move to the next endpoint,
+    a controller leads again and decides, and the state is intact."""
+    c1 = _controller(tmp_path, "c1", etcd_cluster.endpoints).start()
+    c2 = _controller(tmp_path, "c2", etcd_cluster.endpoints).start()
+    try:
+        await _wait_leader(c1.addr, 15)
+        a = await FakeBroker.connect(c1.addr, CLUSTER, GROUP, "127.0.0.1:24911")
+        assert await a.obtain_id() == 1
+        await a.close()
+        etcd_cluster.procs[0].kill()
+        etcd_cluster.procs[0].wait(10)
+        deadline = time.monotonic() + 20
+        leader = None
+        while time.monotonic() < deadline and leader is None:
+            for c in (c1, c2):
+                try:
+                    if (await _metadata(c.addr)).get("isLeader") == "true":
+                        leader = c
+                except OSError:
+                    pass
+            await asyncio.sleep(0.2)
+        assert leader is not None, "no active controller after losing one etcd member"
+        b = await FakeBroker.connect(leader.addr, CLUSTER, GROUP, "127.0.0.1:24921")
+        deadline = time.monotonic() + 20
+        while True:  # the first tries may meet the etcd election that follows the member's loss (answered 1)
+            names = {"clusterName": CLUSTER, "brokerName": GROUP}
+            nxt = await b.request(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, names, timeout=15)
+            if nxt.code == 0:
+                applied = await b.request(RequestCode.CONTROLLER_APPLY_BROKER_ID, dict(
+                    names, appliedBrokerId=int(nxt.ext_fields["nextBrokerId"]), registerCheckCode="b:1;1"),
+                    timeout=15)
+                if applied.code == 0:
+                    break
+            assert time.monotonic() < deadline, (nxt, applied if nxt.code == 0 else None)
+            await asyncio.sleep(0.5)
+        assert nxt.ext_fields["nextBrokerId"] == "2"  # the id applied before the loss is still there
+        await b.close()
+    except BaseException:
+        print("c1:", c1.log_text()[-4000:], "\nc2:", c2.log_text()[-4000:])
+        raise
+    finally:
+        c1.kill()
+        c2.kill()
