@@ -7,8 +7,13 @@ requests and runs the scans; __main__ is the process.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from broker.controller.backend import Backend, LocalBackend
 from broker.controller.config import ControllerConfig
+
+if TYPE_CHECKING:
+    from broker.controller.service import Controller
 
 __all__ = ["make_backend", "make_controller"]
 
@@ -22,7 +27,7 @@ def make_backend(config: ControllerConfig, self_address: str) -> Backend:
     return LocalBackend(self_address, config.controller_store_path)
 
 
-def make_controller(config: ControllerConfig, self_address: str):  # -> Controller (imported lazily)
+def make_controller(config: ControllerConfig, self_address: str) -> "Controller":
     from broker.controller.service import Controller
 
     return Controller(config, make_backend(config, self_address))

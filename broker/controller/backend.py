@@ -79,6 +79,9 @@ class Backend:
     async def close(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    async def prepare(self, name: str) -> None:
+        """Called before deciding on a group: a backend re-reads a group whose last commit's outcome is unknown."""
+
     async def commit(self, name: str, expected: GroupState | None, new: GroupState | None) -> None:
         raise NotImplementedError  # pragma: no cover - overridden
 

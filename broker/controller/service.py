@@ -126,16 +126,29 @@ class Controller:
     def _not_leader(cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(ResponseCode.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
 
-    async def _commit(self, name: str, decide: Callable[[GroupState | None], logic.Decision]) -> logic.Decision:
+    async def _commit(self, name: str, decide: Callable[[GroupState | None], logic.Decision],
+                      after: Callable[[logic.Decision], None] | None = None) -> logic.Decision:
         """Decide on the current group and store the event, one request at a time; shielded, so a closing
-        connection cannot leave the cache and the store apart."""
-        return await asyncio.shield(self._commit_inner(name, decide))
+        connection cannot leave the cache and the store apart (nor skip ``after``, e.g. the notification of a
+        new master)."""
+        return await asyncio.shield(self._commit_and_follow(name, decide, after))
+
+    async def _commit_and_follow(self, name: str, decide: Callable[[GroupState | None], logic.Decision],
+                                 after: Callable[[logic.Decision], None] | None) -> logic.Decision:
+        decision = await self._commit_inner(name, decide)
+        if after is not None:
+            after(decision)
+        return decision
 
     async def _commit_inner(self, name: str, decide: Callable[[GroupState | None], logic.Decision]) -> logic.Decision:
         async with self._lock:
             for _ in range(COMMIT_ATTEMPTS):
                 if not self.backend.is_leader:
                     return logic.Decision(ResponseCode.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
+                try:
+                    await self.backend.prepare(name)
+                except BackendError as exc:
+                    return logic.Decision(ResponseCode.SYSTEM_ERROR, f"cannot read the group: {exc}")
                 state = self.backend.groups.get(name)
                 decision = decide(state)
                 if decision.event is None:
@@ -208,8 +221,8 @@ class Controller:
     async def on_elect_master(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = ElectMasterRequestHeader.decode(cmd.ext_fields)
         decision = await self._commit(h.broker_name, lambda s: logic.elect_master(
-            s, h.broker_name, h.broker_id, h.designate_elect, self.live, self.config.enable_elect_unclean_master))
-        self._after_election(h.broker_name, decision)
+            s, h.broker_name, h.broker_id, h.designate_elect, self.live, self.config.enable_elect_unclean_master),
+            lambda d: self._after_election(h.broker_name, d))
         return self._answer(cmd, decision)
 
     def _after_election(self, name: str, decision: logic.Decision) -> None:
@@ -334,9 +347,9 @@ class Controller:
         try:
             for attempt in range(self.config.elect_master_max_retry_count):
                 decision = await self._commit(name, lambda s: logic.elect_master(
-                    s, name, -1, False, self.live, self.config.enable_elect_unclean_master))
+                    s, name, -1, False, self.live, self.config.enable_elect_unclean_master),
+                    lambda d: self._after_election(name, d))
                 if decision.code != ResponseCode.SYSTEM_ERROR:
-                    self._after_election(name, decision)
                     return
                 await asyncio.sleep(ELECT_RETRY_SLEEP_S)
         finally:

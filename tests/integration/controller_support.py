@@ -14,8 +14,8 @@ from pathlib import Path
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.controller import SyncStateSet
-from tests.conftest import PROJECT_ROOT, free_port
-from tests.integration.wire import WireClient
+from conftest import PROJECT_ROOT, free_port
+from .wire import WireClient
 
 CONTROLLER_BOOT_MARKER = "The Controller boot success."
 
@@ -114,8 +114,9 @@ class FakeBroker:
     async def close(self) -> None:
         await self.client.close()
 
-    async def request(self, code: int, ext: dict | None = None, body: bytes = b"") -> RemotingCommand:
-        return await self.client.request(code, ext or {}, body)
+    async def request(self, code: int, ext: dict | None = None, body: bytes = b"",
+                      timeout: float = 5.0) -> RemotingCommand:
+        return await self.client.request(code, ext or {}, body, timeout=timeout)
 
     async def obtain_id(self) -> int:
         """§3 steps 2-3: GET_NEXT_BROKER_ID then APPLY_BROKER_ID with a check code."""

@@ -16,9 +16,9 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, ElectMasterResponseBody, SyncStateSet
-from tests.conftest import PROJECT_ROOT, free_port
-from tests.integration.controller_support import ControllerProcess, FakeBroker
-from tests.integration.wire import WireClient
+from conftest import PROJECT_ROOT, free_port
+from .controller_support import ControllerProcess, FakeBroker
+from .wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
@@ -137,6 +137,10 @@ async def test_ids_register_first_election_and_failover_by_heartbeat_timeout(con
         refused = await c.elect_self()
         assert refused.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
         assert (await c.replica_info()).ext_fields["masterEpoch"] == "3"  # a refusal changes nothing
+        # an ELECT_MASTER without brokerId counts as controller-triggered: no candidate -> 2004, "no master" again
+        anyone = await c.request(RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": CLUSTER, "brokerName": GROUP})
+        assert anyone.code == ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE, anyone
+        assert (await c.replica_info()).ext_fields["masterEpoch"] == "4"
         stop.set()
         for task in beats.values():
             task.cancel()
@@ -265,3 +269,29 @@ async def test_name_server_with_enable_controller_in_namesrv_answers_controller_
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def test_broker_embedded_name_server_hosts_a_controller(broker_factory, tmp_path):
+    broker = broker_factory(extra={"enableControllerInNamesrv": "true",
+                                   "controllerStorePath": tmp_path / "embedded-controller"})
+    async with await WireClient.connect(broker.namesrv_addr) as client:
+        b = FakeBroker(client, CLUSTER, GROUP, "127.0.0.1:10911")
+        assert await b.obtain_id() == 1
+        meta = await client.request(RequestCode.CONTROLLER_GET_METADATA_INFO, {})
+        assert meta.ext_fields["controllerLeaderAddress"] == broker.namesrv_addr  # brokerIP1:namesrvListenPort
+    assert (tmp_path / "embedded-controller" / "controller_state.json").exists()
+    # the broker port itself is not a controller
+    async with await WireClient.connect(broker.addr) as client:
+        r = await client.request(RequestCode.CONTROLLER_GET_METADATA_INFO, {})
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+def test_broker_conf_controller_keys_are_checked(tmp_path):
+    conf = tmp_path / "b.conf"
+    conf.write_text(f"storePathRootDir={tmp_path / 's'}\nenableControllerInNamesrv=true\ncontrollerType=zk\n"
+                    f"listenPort={free_port()}\nnamesrvListenPort={free_port()}\ndashboardPort=0\n")
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf)], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert "controllerType" in done.stderr and "Traceback" not in done.stderr, done.stderr
