@@ -227,6 +227,7 @@ class BrokerConfig:
     store_path_epoch_file: str | None = None  # None -> <storePathRootDir>/epochFileCheckpoint
     store_path_broker_identity: str | None = None  # None -> <storePathRootDir>/brokerIdentity
     async_learner: bool = False  # never joins the SyncStateSet, never elected
+    read_un_committed: bool = False  # consumers also see messages past confirmOffset (not yet on every set member)
     # transactions
     transaction_time_out: int = 6000
     transaction_check_max: int = 15

@@ -157,13 +157,15 @@ class EpochHAMaster(HAMaster):
 
     def __init__(self, commit_log: Any, host: str, port: int, *, epoch_file: EpochFile, local_id: int,
                  max_not_catchup_ms: int = 15000, all_ack: bool = False,
-                 on_expand: Callable[[set[int]], None] | None = None, **kwargs: Any) -> None:
+                 on_expand: Callable[[set[int]], None] | None = None,
+                 on_confirm: Callable[[int], None] | None = None, **kwargs: Any) -> None:
         super().__init__(commit_log, host, port, **kwargs)
         self.epoch_file = epoch_file
         self.local_id = local_id
         self.max_not_catchup_s = max_not_catchup_ms / 1000.0
         self.all_ack = all_ack
         self.on_expand = on_expand
+        self.on_confirm = on_confirm  # confirmOffset moved (acks, set changes): consumers may see more
         self.sync_state_set: set[int] = {local_id}
         self.sync_state_set_epoch = 0
         self.pending_set: set[int] | None = None  # proposed, not yet answered: acks are awaited from the union
@@ -177,6 +179,11 @@ class EpochHAMaster(HAMaster):
         self.sync_state_set_epoch = epoch
         self.pending_set = None
         self._wake_set_waiters()
+        self._confirm_moved()
+
+    def _confirm_moved(self) -> None:
+        if self.on_confirm is not None:
+            self.on_confirm(self.confirm_offset())
 
     def _connections(self) -> dict[int, _EpochSlaveConnection]:
         return {c.slave_id: c for c in self.slaves if isinstance(c, _EpochSlaveConnection)}
@@ -212,6 +219,7 @@ class EpochHAMaster(HAMaster):
                 self.pending_set = proposal
                 self.on_expand(proposal)
         self._wake_set_waiters()
+        self._confirm_moved()
 
     def slave_gone(self, conn: _EpochSlaveConnection) -> None:
         """A closed connection removes its member at once."""

@@ -45,6 +45,8 @@ class BrokerRoles:
         self.unreconcilable: str | None = None
         self._master_services_loaded = False
         self._master_services_on = False
+        self._held_arrivals: dict[tuple[str, int], int] = {}  # queues that got records consumers cannot see yet
+        broker.store.add_arrival_listener(self._on_arrival)
         credentials = (cfg.access_key, cfg.secret_key) if cfg.acl_enable and cfg.access_key else None
         self.epoch_slave = EpochHASlave(broker.store, None, epoch_file=self.epoch_file, broker_id=-1,
                                         async_learner=cfg.async_learner, on_unreconcilable=self._on_unreconcilable,
@@ -64,6 +66,26 @@ class BrokerRoles:
         else:
             confirm = self.epoch_slave.confirm_offset if self.epoch_slave.confirm_offset >= 0 else max_offset
         return self.epoch_file.last_epoch, max_offset, confirm
+
+    # ---- confirmOffset: what consumers may see (controller.md §7) ----------------------------------------------
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int, _tags: Any = None) -> None:
+        if self.broker.store.visible_limit is not None:
+            self._held_arrivals[(topic, queue_id)] = max_offset
+
+    def _on_confirm(self, confirm: int) -> None:
+        """The master's confirmOffset moved: with allAckInSyncStateSet and other set members, consumers see
+        records up to it only (readUnCommitted: everything); held pulls of queues that got records meanwhile wake."""
+        b = self.broker
+        cfg = b.config
+        master = self.epoch_master
+        limited = (cfg.all_ack_in_sync_state_set and not cfg.read_un_committed and master is not None
+                   and len(master.sync_state_set) > 1)
+        b.store.visible_limit = confirm if limited else None
+        if self._held_arrivals:
+            arrivals, self._held_arrivals = self._held_arrivals, {}
+            pull = b.processors["pull"]
+            for (topic, queue_id), max_offset in arrivals.items():
+                pull.on_message_arrival(topic, queue_id, max_offset, None)
 
     def _on_unreconcilable(self, reason: str | None) -> None:
         """A replica whose history cannot be reconciled is taken out of the routes."""
@@ -144,6 +166,7 @@ class BrokerRoles:
                     store.commit_log, cfg.listen_host, cfg.ha_port, epoch_file=self.epoch_file,
                     local_id=manager.broker_id, max_not_catchup_ms=cfg.ha_max_time_slave_not_catchup,
                     all_ack=cfg.all_ack_in_sync_state_set, on_expand=manager.propose_sync_state_set,
+                    on_confirm=self._on_confirm,
                     max_connections=cfg.ha_max_connections,
                     admin_secret=admin_secret_lookup(b.acl_validator) if b.acl_validator is not None else None,
                     ssl_context=b.ssl_context if b.tls.mode == "enforcing" else None)
@@ -171,6 +194,7 @@ class BrokerRoles:
         await self._stop_master_services()
         store.config.replica = True
         store._replica_dispatched = None
+        store.visible_limit = None
         cfg.broker_role = "SLAVE"
         cfg.broker_id = manager.broker_id
         b.processors["send"].refresh_role()

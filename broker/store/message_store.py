@@ -51,6 +51,20 @@ def _ends_on_record(mf, end: int) -> bool:
     return rec_size > 0 and (magic == MAGIC_V1 or magic == MAGIC_V2 or magic == BLANK_MAGIC)
 
 
+def _visible_units(units, count: int, limit: int) -> int:
+    """How many of ``count`` consume-queue units point at records ending at or before ``limit`` (a queue's units
+    point at increasing commit-log offsets: a binary search, once per read)."""
+    lo, hi = 0, count
+    while lo < hi:
+        mid = (lo + hi) // 2
+        phys, size, _tags = CQ_UNIT.unpack_from(units, mid * UNIT_SIZE)
+        if phys + size <= limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class MessageStore(MessageAppender):
     """RocketMQ-format store: commitlog/, consumequeue/, index/, checkpoint, abort."""
 
@@ -87,6 +101,9 @@ class MessageStore(MessageAppender):
                       "recovery_corrupt_regions": 0, "recovery_corrupt_bytes": 0, "recovery_missing_units": 0}
         self._skip_log_at = 0.0
         self._skip_log_pending = 0
+        # controller mode (controller.md §7): consumers see no record ending past this commit-log offset (the
+        # confirmOffset of allAckInSyncStateSet); None: everything is visible
+        self.visible_limit: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
@@ -286,6 +303,11 @@ class MessageStore(MessageAppender):
         cq_pos = offset * UNIT_SIZE - cq_file.file_from_offset
         scan = min(scan, max_off - offset, (cq_file.wrote_position - cq_pos) // UNIT_SIZE)
         units = cq_file.mm[cq_pos:cq_pos + scan * UNIT_SIZE]
+        if self.visible_limit is not None:
+            scan = _visible_units(units, scan, self.visible_limit)
+            if not scan:  # nothing confirmed yet: as if at the queue's end (the pull is held)
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+            units = units[:scan * UNIT_SIZE]
 
         read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, False)
         if read is None:  # a record run did not end on a record boundary: some unit has a wrong size

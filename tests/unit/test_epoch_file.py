@@ -136,3 +136,24 @@ async def test_truncate_store_log_queues_and_index(tmp_path):
         assert reopened.get_max_offset("TopicTest", 0) == 11 and reopened.get_max_offset("TopicTest", 1) == 10
     finally:
         reopened.close()
+
+
+async def test_consumers_see_nothing_past_the_visible_limit(tmp_path):
+    """controller.md §7: with allAckInSyncStateSet, reads stop at confirmOffset (store.visible_limit)."""
+    store = open_store(tmp_path)
+    await store.start()
+    try:
+        ends = []
+        for i in range(5):
+            r = await store.put_message(make_msg(i))
+            ends.append(r.physical_offset + r.wrote_bytes)
+        store.visible_limit = ends[2]
+        g = store.get_messages("TopicTest", 0, 0, 32)
+        assert g.status is GetStatus.FOUND and g.message_count == 3 and g.next_begin_offset == 3
+        assert store.get_messages("TopicTest", 0, 3, 32).status is GetStatus.OFFSET_OVERFLOW_ONE
+        store.visible_limit = ends[2] - 1  # a record ending one byte past the limit is not visible
+        assert store.get_messages("TopicTest", 0, 0, 32).message_count == 2
+        store.visible_limit = None
+        assert store.get_messages("TopicTest", 0, 0, 32).message_count == 5
+    finally:
+        await store.shutdown()
