@@ -61,6 +61,8 @@ class BrokerRoles:
         """(last epoch, max offset, confirm offset) for heartbeats."""
         store = self.broker.store
         max_offset = store.commit_log.max_offset
+        if len(self.epoch_file.entries) > 1 and store.commit_log.mfq.files:
+            self.epoch_file.truncate_below(store.commit_log.min_offset)  # old commit-log files were deleted
         if self.epoch_master is not None and self.broker.ha_master is self.epoch_master:
             confirm = self.epoch_master.confirm_offset()
         else:
