@@ -1,5 +1,7 @@
 """Controller-mode requests a broker answers (controller.md §9, §5): GET_BROKER_EPOCH_CACHE (1007), and
-NOTIFY_BROKER_ROLE_CHANGED (1008, one-way from the controller)."""
+NOTIFY_BROKER_ROLE_CHANGED (1008). A notice on the broker's own port may come from anyone, so it only makes the broker
+ask its controller at once; notices the controller sends on the broker's connection to it are followed directly
+(broker/replicas/controller_link.py)."""
 
 from __future__ import annotations
 
@@ -31,5 +33,5 @@ class ReplicasProcessor(BrokerProcessor):
         manager = self.broker.replicas
         if manager is None:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "this broker is not in controller mode")
-        manager.on_role_changed(cmd)
+        manager.on_role_hint()  # anyone can reach this port: ask the controller instead of obeying the message
         return cmd.make_response(ResponseCode.SUCCESS, None)

@@ -320,8 +320,21 @@ class ReplicasManager:
         if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:
             self.on_role_changed(cmd)
 
+    def on_role_hint(self) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED on the broker's own port, from anyone: not trusted as such (it could name any
+        master), only a reason to ask the controller now (GET_REPLICA_INFO)."""
+        if self.registered:
+            self._spawn(self._sync_quietly(), "ctl-role-sync-now")
+
+    async def _sync_quietly(self) -> None:
+        try:
+            await self.sync_role()
+        except (ControllerError, OSError, ConnectionError, asyncio.TimeoutError) as exc:
+            _limited.info("hint", "controller mode: role sync after a notification failed: %s", exc)
+
     def on_role_changed(self, cmd: RemotingCommand) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008): follow it in the background (a newer one wins)."""
+        """NOTIFY_BROKER_ROLE_CHANGED (1008) from a controller on this broker's own connection to it: follow it in
+        the background (a newer one wins)."""
         header = NotifyBrokerRoleChangedRequestHeader.decode(cmd.ext_fields)
         body = SyncStateSet.decode(cmd.body) if cmd.body else SyncStateSet()
         if not self.registered or header.master_epoch is None or header.master_epoch <= self.master_epoch:

@@ -220,3 +220,30 @@ async def test_ack_rules_follow_the_sync_state_set(cluster_factory):
     assert back.code == ResponseCode.SUCCESS, back.remark
     stored = await drain_keys(master, TOPIC)
     assert {"A0", "A1", "A3"} <= stored and "A2" not in stored
+
+
+async def test_forged_role_notice_on_the_broker_port_changes_nothing(cluster_factory):
+    """NOTIFY_BROKER_ROLE_CHANGED sent to the broker's own port by anyone, with a higher epoch naming another master,
+    only makes the broker ask the controller: it stays master (the controller's own notices, on the broker's
+    connection to it, are what the failover tests follow)."""
+    from protocol.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateSet
+
+    cluster = cluster_factory(1)
+    b = cluster.brokers[0].start()
+    assert await wait_until(cluster.master_addr, "the master", timeout=30) == b.addr
+    header = NotifyBrokerRoleChangedRequestHeader(master_address="127.0.0.1:1", master_epoch=99,
+                                                  sync_state_set_epoch=99, master_broker_id=7).encode()
+    async with await WireClient.connect(b.addr) as client:
+        resp = await client.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header, SyncStateSet({7}, 99).encode())
+        assert resp.code == ResponseCode.SUCCESS
+        await asyncio.sleep(1.0)
+        ok = await client.request(RequestCode.SEND_MESSAGE_V2, send_v2_fields(TOPIC, 0, props(UNIQ_KEY="Z")), b"z")
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+    assert await cluster.master_addr() == b.addr
+    assert [e.epoch for e in (await cluster.epochs(b.addr)).epoch_list] == [1]
+
+
+async def test_classic_broker_refuses_epoch_cache(broker):
+    async with await WireClient.connect(broker.addr) as client:
+        resp = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "not in controller mode" in resp.remark
