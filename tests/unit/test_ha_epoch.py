@@ -215,3 +215,38 @@ async def test_fresh_replica_gets_every_epoch_entry(tmp_path):
         await master.stop()
         await b.shutdown()
         await c.shutdown()
+
+
+async def test_epoch_exchange_follows_the_acl_handshake(tmp_path):
+    """Under aclEnable the authentication of protocol/ha.py comes first: a slave with the admin account's secret
+    replicates; one with a wrong secret gets nothing."""
+    secrets = {"ha_admin01": "secret-one"}
+    b = open_store(tmp_path / "b")
+    await b.start()
+    b_epochs = EpochFile(str(tmp_path / "b" / "e"))
+    b_epochs.append(1, 0)
+    ends = await _put(b, 5)
+    master = EpochHAMaster(b.commit_log, "127.0.0.1", 0, epoch_file=b_epochs, local_id=1, admin_secret=secrets.get)
+    await master.start()
+    stores = []
+    try:
+        for name, secret in (("bad", "wrong"), ("good", "secret-one")):
+            c = open_store(tmp_path / name, replica=True)
+            await c.start()
+            stores.append(c)
+            slave = EpochHASlave(c, f"127.0.0.1:{master.port}", epoch_file=EpochFile(str(tmp_path / name / "e")),
+                                 broker_id=2, credentials=("ha_admin01", secret))
+            slave.start()
+            try:
+                if name == "good":
+                    await _until(lambda c=c: c.commit_log.mfq.files and c.commit_log.max_offset == ends[-1])
+                else:
+                    await asyncio.sleep(1.0)
+                    assert not c.commit_log.mfq.files and not master.slaves
+            finally:
+                await slave.stop()
+    finally:
+        await master.stop()
+        for c in stores:
+            await c.shutdown()
+        await b.shutdown()
