@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["EpochHASlave"]
 
+FAST_RECONNECT_S = 0.2
+FAST_RETRIES = 25
+
 
 class EpochHASlave(HASlave):
     """HASlave of a controller-mode slave; ``broker_id`` is its controller id, ``epoch_file`` the store's."""
@@ -49,11 +52,20 @@ class EpochHASlave(HASlave):
         self.unreconcilable: str | None = None
         self._on_unreconcilable = on_unreconcilable
         self.last_truncation: tuple[int, int] | None = None  # (from, to) of the last cut, for tests and info
+        self._fast_retries = 0
+
+    def _reconnect_delay(self) -> float:
+        """Just after a role change the new master may not listen yet: retry quickly for a few seconds."""
+        if self._fast_retries > 0:
+            self._fast_retries -= 1
+            return FAST_RECONNECT_S
+        return super()._reconnect_delay()
 
     def set_master(self, ha_address: str) -> None:
         """Replicate from this HA address (a role change): the current connection, if another, is dropped."""
         if ha_address == self.master_address:
             return
+        self._fast_retries = FAST_RETRIES
         self.master_address = ha_address
         self._address_known.set()
         task = self._task

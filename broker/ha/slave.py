@@ -64,6 +64,9 @@ class HASlave(BackgroundService):
             self._address_known.set()
         self._reported_ahead = False
 
+    def _reconnect_delay(self) -> float:
+        return RECONNECT_INTERVAL_S
+
     def learn_master(self, ha_address: str | None) -> None:
         """From a registration answer: the master's HA address (None: no master registered now)."""
         if self.fixed or not ha_address or ha_address == self.master_address:
@@ -92,7 +95,7 @@ class HASlave(BackgroundService):
                          RECONNECT_INTERVAL_S)
             finally:
                 self.connected = False
-            await asyncio.sleep(RECONNECT_INTERVAL_S)
+            await asyncio.sleep(self._reconnect_delay())
 
     async def _replicate(self, address: str) -> None:
         host, _, port = address.rpartition(":")

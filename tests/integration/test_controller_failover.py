@@ -14,6 +14,7 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 
+from .test_mqadmin import mqadmin, ok_json
 from .controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
 from .wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
 
@@ -116,6 +117,14 @@ async def test_kill_master_elects_in_sync_replica_and_keeps_every_ack(cluster_fa
     a, b = await cluster.epochs(old), await cluster.epochs(new)
     assert [(e.epoch, e.start_offset) for e in a.epoch_list] == [(e.epoch, e.start_offset) for e in b.epoch_list]
     assert commit_log_bytes(old_broker)[:a.max_offset] == commit_log_bytes(cluster.by_addr(new))[:a.max_offset]
+    # mqadmin getBrokerEpoch lists every replica with the same history (the master as route id 0)
+    third = next(x.addr for x in cluster.brokers if x.addr not in (old, new))
+    await wait_until(lambda: _same_end(cluster, third, new), "the other slave caught up", timeout=30)
+    report = ok_json(cluster.namesrv.addr, "getBrokerEpoch", "-b", "broker-f")["brokers"]
+    assert len(report) == 3 and sorted(r["brokerId"] for r in report)[0] == 0
+    assert all([e["epoch"] for e in r["epochList"]] == [1, 2] for r in report), [(r["brokerId"], r["maxOffset"], r["epochList"]) for r in report]
+    text = mqadmin(cluster.namesrv.addr, "getBrokerEpoch", "-c", "FailCluster")
+    assert text.returncode == 0 and text.stdout.count("#Epoch: EpochEntry{epoch=2, startOffset=") == 3
 
 
 async def test_old_master_cuts_its_divergent_tail(cluster_factory):
