@@ -426,7 +426,7 @@ class BrokerConfig:
             raise ConfigError("accessKey and secretKey go together: set both or neither",
                               "secretKey" if self.access_key else "accessKey")
         _check_flood_limits(self)
-        self._check_ha_link()
+        _check_ha_link(self)
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
 
@@ -475,14 +475,13 @@ def _check_flood_limits(cfg: BrokerConfig) -> None:
         raise ConfigError(f"expected 1024..32767 (a record holds at most 32767 bytes of properties), got "
                           f"{cfg.max_message_properties_bytes}", "maxMessagePropertiesBytes")
 
-
-    def _check_ha_link(self) -> None:
-        """Issue 27, HA link: a sane connection cap; a SLAVE under aclEnable must be able to prove an account."""
-        if not 1 <= self.ha_max_connections <= 65535:
-            raise ConfigError(f"expected 1..65535, got {self.ha_max_connections}", "haMaxConnections")
-        if self.acl_enable and not self.is_master and not self.access_key:
-            raise ConfigError("a SLAVE with aclEnable=true must prove an admin account of the ACL file to its "
-                              "master's HA port: set accessKey and secretKey", "accessKey")
+def _check_ha_link(cfg: BrokerConfig) -> None:
+    """Issue 27, HA link: a sane connection cap; a SLAVE under aclEnable must be able to prove an account."""
+    if not 1 <= cfg.ha_max_connections <= 65535:
+        raise ConfigError(f"expected 1..65535, got {cfg.ha_max_connections}", "haMaxConnections")
+    if cfg.acl_enable and not cfg.is_master and not cfg.access_key:
+        raise ConfigError("a SLAVE with aclEnable=true must prove an admin account of the ACL file to its "
+                          "master's HA port: set accessKey and secretKey", "accessKey")
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:
