@@ -207,7 +207,7 @@ class BrokerDetector:
 
     async def _run(self) -> None:
         faults = self.faults
-        step = self.interval / 2
+        step = self.interval / 4
         while True:
             await asyncio.sleep(step)
             if not faults.has_unreachable():
