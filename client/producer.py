@@ -78,8 +78,10 @@ class Producer(ClientLifecycle):
         if not group:
             raise ValueError("producer group must not be empty")
         for name, value in (("detect_interval", detect_interval), ("detect_timeout", detect_timeout),
-                            ("send_msg_max_timeout_per_request", send_msg_max_timeout_per_request or 1.0)):
-            if not isinstance(value, (int, float)) or value <= 0:
+                            ("send_msg_max_timeout_per_request", send_msg_max_timeout_per_request)):
+            if value is None and name == "send_msg_max_timeout_per_request":
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         # A stored-but-not-safe answer (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is returned as
         # it is unless this is set; then the message is sent again to another broker (it may then exist twice).
