@@ -69,6 +69,15 @@ class _Item:
         self.check_at = 0.0
 
 
+def check_seconds(optional: frozenset[str] = frozenset(), **options: float | None) -> None:
+    """ValueError naming the option unless each is a positive number of seconds (None allowed for `optional`)."""
+    for name, value in options.items():
+        if value is None and name in optional:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 def check_tables(latency_max: Sequence[float], not_available: Sequence[float]) -> tuple[tuple, tuple]:
     """Validated copies of the two tables: same non-zero length, non-negative, thresholds increasing."""
     lat = tuple(float(x) for x in latency_max)
@@ -238,7 +247,7 @@ class BrokerDetector:
             log.debug("probe of broker %s at %s failed: %s", broker, addr, exc)
             return
         if not self.faults.is_reachable(broker):
-            log.warning("broker %s at %s answers again; producers may use it", broker, addr)
+            log.info("broker %s at %s answers again; producers may use it", broker, addr)
         self.faults.mark_reachable(broker)
 
 

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from client.credentials import Credentials
-from client.fault import LATENCY_MAX, NOT_AVAILABLE_DURATION, BrokerDetector, BrokerFault, LatencyFaultTolerance
+from client.fault import (
+    LATENCY_MAX, NOT_AVAILABLE_DURATION, BrokerDetector, BrokerFault, LatencyFaultTolerance, check_seconds)
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -41,6 +42,7 @@ _monotonic = time.monotonic
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 # A retry needs at least this much of the send's time left: a sliver would only time out, and could store a copy.
 _MIN_ATTEMPT = 0.05
+_WARN_INTERVAL = 60.0
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
@@ -77,12 +79,8 @@ class Producer(ClientLifecycle):
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
-        for name, value in (("detect_interval", detect_interval), ("detect_timeout", detect_timeout),
-                            ("send_msg_max_timeout_per_request", send_msg_max_timeout_per_request)):
-            if value is None and name == "send_msg_max_timeout_per_request":
-                continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        check_seconds(frozenset({"send_msg_max_timeout_per_request"}), detect_interval=detect_interval,
+                      detect_timeout=detect_timeout, send_msg_max_timeout_per_request=send_msg_max_timeout_per_request)
         # A stored-but-not-safe answer (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is returned as
         # it is unless this is set; then the message is sent again to another broker (it may then exist twice).
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
@@ -119,9 +117,14 @@ class Producer(ClientLifecycle):
         # the detector, a failed broker is avoided until it answers a probe. None: off (every send may pick it).
         self.send_msg_max_timeout_per_request = send_msg_max_timeout_per_request
         self._faults: LatencyFaultTolerance | None = None
+        self._blocked: dict[str, float] | None = None  # self._faults.blocked, for the hot path
+        self._slow = 0.0  # latencies from here on isolate (the tables' first non-zero duration)
         self._detector: BrokerDetector | None = None
+        self._warned_at: dict[str, float] = {}
         if send_latency_fault_enable:
             self._faults = LatencyFaultTolerance(latency_max, not_available_duration, detector=start_detector_enable)
+            self._blocked = self._faults.blocked
+            self._slow = self._faults.first_threshold
             if start_detector_enable:
                 self._detector = BrokerDetector(self._faults, self._instance, self._probe_topic, detect_interval,
                                                 detect_timeout)
@@ -176,12 +179,12 @@ class Producer(ClientLifecycle):
             info = self._publish.get(prepared.topic)
             if info is not None and info.queues:
                 mq = info.select()
-                faults = self._faults
+                blocked = self._blocked
                 until = None
-                if faults is not None:  # fault isolation: one dict lookup, usually on an empty dict
-                    until = faults.blocked.get(mq.broker_name)
+                if blocked is not None:  # fault isolation: one dict lookup, usually on an empty dict
+                    until = blocked.get(mq.broker_name)
                     if until is not None and until > started:
-                        mq = info.select_available(faults.blocked, started)
+                        mq = info.select_available(blocked, started)
                 addr = self._instance.master_addr(mq.broker_name)
                 conn = self._instance.brokers.connected(addr) if addr is not None else None
                 if conn is not None:
@@ -197,10 +200,10 @@ class Producer(ClientLifecycle):
                         return await self._send_with_retries(
                             prepared, timeout - (_monotonic() - started), mq.broker_name, exc
                         )
-                    if faults is not None:
+                    if blocked is not None:
                         latency = _monotonic() - started
-                        if until is not None or latency >= faults.first_threshold:
-                            faults.update(mq.broker_name, latency)
+                        if until is not None or latency >= self._slow:
+                            self._faults.update(mq.broker_name, latency)
                     status = SEND_STATUS_BY_CODE.get(reply.code)
                     if status is not None:
                         result = self._result(status, reply, mq, prepared)
@@ -531,8 +534,11 @@ class Producer(ClientLifecycle):
         was_reachable = faults.is_reachable(broker)
         faults.update(broker, 0.0, isolation=True, reachable=False)
         if self._detector is not None and was_reachable:
-            log.warning("producer group %s avoids broker %s after %s; unordered sends go to other brokers until it "
-                        "answers a probe", self.group, broker, exc)
+            now = _monotonic()
+            if now - self._warned_at.get(broker, -_WARN_INTERVAL) >= _WARN_INTERVAL:  # a flapping broker: not per send
+                self._warned_at[broker] = now
+                log.warning("producer group %s avoids broker %s after %s; unordered sends go to other brokers until "
+                            "it answers a probe (said at most once a minute per broker)", self.group, broker, exc)
             self._detector.wake()
 
     def _probe_topic(self, broker: str) -> str:

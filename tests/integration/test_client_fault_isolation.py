@@ -26,6 +26,7 @@ TIMEOUT = 3.0
 SENDERS = 4
 # How long the master stays stopped (the README's figures: ISOLATION_STOP_S=20).
 STOP_S = float(os.environ.get("ISOLATION_STOP_S", "12"))
+CONTROL_STOP_S = float(os.environ.get("ISOLATION_STOP_S", "8"))
 
 
 @pytest.fixture
@@ -178,7 +179,7 @@ async def test_control_without_fault_isolation_a_hung_master_stalls_sends(namesr
     async with Producer("pg-isolate-off", namesrv.addr, send_timeout=TIMEOUT,
                         send_latency_fault_enable=False) as producer:
         await routed_on_both(producer, topic, (a, b))
-        figures = await stall(producer, a, topic, min(STOP_S, 8.0))
+        figures = await stall(producer, a, topic, CONTROL_STOP_S)
         assert producer.isolated_brokers() == {}
     assert figures["isolated_mid_stop"] == {}
     assert figures["failures"] >= 2 * SENDERS, figures  # a timeout per sender per ~3 s, not one in all

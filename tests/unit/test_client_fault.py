@@ -113,7 +113,8 @@ def test_bad_tables_are_refused(latency_max, durations):
 
 
 @pytest.mark.parametrize("option, value", [("detect_interval", 0), ("detect_timeout", -1),
-                                           ("send_msg_max_timeout_per_request", 0), ("detect_interval", "2")])
+                                           ("send_msg_max_timeout_per_request", 0), ("detect_interval", "2"),
+                                           ("detect_timeout", None)])
 def test_bad_producer_options_are_refused(option, value):
     with pytest.raises(ValueError, match=option):
         Producer("pg", "127.0.0.1:9876", **{option: value})
