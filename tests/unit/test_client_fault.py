@@ -126,6 +126,13 @@ def test_producer_option_off_has_no_isolation():
     assert not off.send_latency_fault_enable and off.isolated_brokers() == {}
 
 
+def test_the_blocking_facade_shows_isolated_brokers():
+    from client import sync
+
+    producer = sync.Producer("pg", "127.0.0.1:9876")
+    assert producer.isolated_brokers() == {}
+
+
 # ----------------------------------------------------------------------------------------------- queue choice
 def publish_info(**queues_per_broker: int) -> TopicPublishInfo:
     queues = [MessageQueue("T", name, i) for name, n in queues_per_broker.items() for i in range(n)]

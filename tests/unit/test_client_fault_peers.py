@@ -101,3 +101,18 @@ async def test_async_and_batch_sends_move_to_another_broker(peers):
         results.append(await producer.send_batch([Message("T", b"1"), Message("T", b"2")]))
     assert {r.message_queue.broker_name for r in results} == {"b"}
     assert len(sends(busy)) <= 1  # one refusal isolates a for every later send
+
+
+async def test_transactional_half_sends_move_to_another_broker(peers):
+    from client import LocalTransactionState, TransactionProducer
+
+    busy = await peers(broker_handler(2))
+    ok = await peers(broker_handler(0))
+    ns = await name_server(peers, {"T": route_body([("a", busy.addr), ("b", ok.addr)])})
+    async with TransactionProducer("pg", ns.addr, local_transaction=lambda m, a: LocalTransactionState.COMMIT) as tp:
+        results = [await tp.send_in_transaction(Message("T", b"x")) for _ in range(4)]
+    assert {r.message_queue.broker_name for r in results} == {"b"}
+    assert all(r.local_transaction_state is LocalTransactionState.COMMIT for r in results)
+    assert len(sends(busy)) == 1  # the one refusal that isolated a
+    assert len([c for c in ok.received if c.code == 37]) == 4  # END_TRANSACTION to the broker that took each
+
