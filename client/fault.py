@@ -17,6 +17,7 @@ brokers without trouble are absent, so the check is one dict lookup on a usually
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import time
@@ -34,12 +35,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BrokerDetector",
-    "BrokerFault",
     "ISOLATION_LATENCY",
     "LATENCY_MAX",
-    "LatencyFaultTolerance",
     "NOT_AVAILABLE_DURATION",
+    "BrokerDetector",
+    "BrokerFault",
+    "LatencyFaultTolerance",
 ]
 
 # The reference's >= 5.1.4 tables (MQFaultStrategy), in seconds.
@@ -60,7 +61,7 @@ class BrokerFault:
 
 
 class _Item:
-    __slots__ = ("latency", "available_at", "reachable", "check_at")
+    __slots__ = ("available_at", "check_at", "latency", "reachable")
 
     def __init__(self, latency: float, available_at: float, reachable: bool) -> None:
         self.latency = latency
@@ -85,7 +86,7 @@ def check_tables(latency_max: Sequence[float], not_available: Sequence[float]) -
     if not lat or len(lat) != len(dur):
         raise ValueError(f"latency_max ({len(lat)} entries) and not_available_duration ({len(dur)} entries) must be "
                          "non-empty and of the same length")
-    if any(x < 0 for x in lat + dur) or any(b <= a for a, b in zip(lat, lat[1:])):
+    if any(x < 0 for x in lat + dur) or any(b <= a for a, b in itertools.pairwise(lat)):
         raise ValueError(f"latency_max must be increasing and non-negative, not_available_duration non-negative: "
                          f"{lat} / {dur}")
     return lat, dur
@@ -190,7 +191,7 @@ class BrokerDetector:
     send it GET_MAX_OFFSET (queue 0 of a topic it serves) with a `timeout`-second deadline; any answer makes it
     reachable again. Runs only while there is something to probe."""
 
-    def __init__(self, faults: LatencyFaultTolerance, instance: "ClientInstance",
+    def __init__(self, faults: LatencyFaultTolerance, instance: ClientInstance,
                  topic_for: Callable[[str], str], interval: float = 2.0, timeout: float = 0.5) -> None:
         self.faults = faults
         self.instance = instance
@@ -243,7 +244,7 @@ class BrokerDetector:
             cmd = RemotingCommand(code=RequestCode.GET_MAX_OFFSET,
                                   ext_fields={"topic": self.topic_for(broker), "queueId": 0})
             await brokers.invoke(addr, cmd, self.timeout)
-        except (RemotingError, asyncio.TimeoutError, OSError) as exc:
+        except (RemotingError, TimeoutError, OSError) as exc:
             log.debug("probe of broker %s at %s failed: %s", broker, addr, exc)
             return
         if not self.faults.is_reachable(broker):

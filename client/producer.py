@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from client.credentials import Credentials
-from client.fault import (
-    LATENCY_MAX, NOT_AVAILABLE_DURATION, BrokerDetector, BrokerFault, LatencyFaultTolerance, check_seconds)
 from client.errors import (
     MessageValidationError,
     MQBrokerError,
@@ -23,6 +21,8 @@ from client.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
+from client.fault import (
+    LATENCY_MAX, NOT_AVAILABLE_DURATION, BrokerDetector, BrokerFault, LatencyFaultTolerance, check_seconds)
 from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend

@@ -9,6 +9,7 @@ behaviour: a send timeout every few sends for as long as the broker hangs.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import time
@@ -25,7 +26,7 @@ from .wire import create_topic
 TIMEOUT = 3.0
 SENDERS = 4
 # How long the master stays stopped (the README's figures: ISOLATION_STOP_S=20).
-STOP_S = float(os.environ.get("ISOLATION_STOP_S", "12"))
+STOP_S = float(os.environ.get("ISOLATION_STOP_S", "14"))
 CONTROL_STOP_S = float(os.environ.get("ISOLATION_STOP_S", "8"))
 
 
@@ -96,7 +97,7 @@ class Traffic:
             self._n += 1
             try:
                 result = await self.producer.send(Message(self.topic, f"m-{self._n}".encode()))
-            except Exception as exc:  # what the test counts: any failed send
+            except Exception as exc:  # noqa: BLE001 (what the test counts: any failed send)
                 self.failures.append((time.monotonic(), type(exc).__name__))
                 continue
             self.acks.append((time.monotonic(), result.message_queue.broker_name))
@@ -107,7 +108,7 @@ class Traffic:
     def max_gap(self, start: float, end: float) -> float:
         """Longest time without an ack in [start, end] (start and end count as ticks)."""
         times = [start] + [t for t, _ in self.acks if start <= t <= end] + [end]
-        return max(b - a for a, b in zip(times, times[1:]))
+        return max(b - a for a, b in itertools.pairwise(times))
 
 
 async def stall(producer: Producer, a, topic: str, stop_s: float) -> dict:
@@ -167,7 +168,7 @@ async def test_a_hung_master_costs_one_timeout_and_is_used_again_after_sigcont(n
         assert figures["on_a"] <= SENDERS, figures  # nothing acknowledged by the stopped broker but stale answers
         assert figures["acks"] > 50 * STOP_S, figures  # nearly all sends went to broker-b meanwhile
         # The probe (every 2 s, after the 10 s isolation) brings broker-a back soon after SIGCONT.
-        assert figures["back_after"] is not None and figures["back_after"] < 4.0, figures
+        assert figures["back_after"] is not None and figures["back_after"] < 4.5, figures
         assert "broker-a" not in producer.isolated_brokers()
 
 

@@ -4,12 +4,26 @@ which broker. The real SIGSTOP / kill -9 runs are in tests/integration/test_clie
 import asyncio
 
 import pytest
+from test_client_remoting import FakePeer, broker_handler, name_server, route_body
 
-from client import Message, Producer
+from client import LocalTransactionState, Message, Producer, TransactionProducer
 from client.errors import MQBrokerError, RemotingTimeoutError
-from test_client_remoting import broker_handler, name_server, peers, route_body  # noqa: F401 (peers: fixture)
 
 pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+async def peers():
+    started = []
+
+    async def make(handler=None):
+        peer = await FakePeer(handler).start()
+        started.append(peer)
+        return peer
+
+    yield make
+    for peer in started:
+        await peer.stop()
 
 
 def sends(peer):
@@ -104,8 +118,6 @@ async def test_async_and_batch_sends_move_to_another_broker(peers):
 
 
 async def test_transactional_half_sends_move_to_another_broker(peers):
-    from client import LocalTransactionState, TransactionProducer
-
     busy = await peers(broker_handler(2))
     ok = await peers(broker_handler(0))
     ns = await name_server(peers, {"T": route_body([("a", busy.addr), ("b", ok.addr)])})
