@@ -448,6 +448,14 @@ class BrokerConfig:
                 raise ConfigError(f"must not exceed {_ATTR_TO_KEY[lock]} ({getattr(self, lock)}), got "
                                   f"{getattr(self, delay)}", _ATTR_TO_KEY[delay])
 
+    def _check_ha_link(self) -> None:
+        """Issue 27, HA link: a sane connection cap; a SLAVE under aclEnable must be able to prove an account."""
+        if not 1 <= self.ha_max_connections <= 65535:
+            raise ConfigError(f"expected 1..65535, got {self.ha_max_connections}", "haMaxConnections")
+        if self.acl_enable and not self.is_master and not self.access_key:
+            raise ConfigError("a SLAVE with aclEnable=true must prove an admin account of the ACL file to its "
+                              "master's HA port: set accessKey and secretKey", "accessKey")
+
 
 _HOST_ENTRY = re.compile(r"\*|\[[0-9A-Fa-f:.]+\](:\d{1,5})?|[A-Za-z0-9_.-]+(:\d{1,5})?")
 
@@ -474,15 +482,6 @@ def _check_flood_limits(cfg: BrokerConfig) -> None:
     if not 1024 <= cfg.max_message_properties_bytes <= 32767:
         raise ConfigError(f"expected 1024..32767 (a record holds at most 32767 bytes of properties), got "
                           f"{cfg.max_message_properties_bytes}", "maxMessagePropertiesBytes")
-
-
-    def _check_ha_link(self) -> None:
-        """Issue 27, HA link: a sane connection cap; a SLAVE under aclEnable must be able to prove an account."""
-        if not 1 <= self.ha_max_connections <= 65535:
-            raise ConfigError(f"expected 1..65535, got {self.ha_max_connections}", "haMaxConnections")
-        if self.acl_enable and not self.is_master and not self.access_key:
-            raise ConfigError("a SLAVE with aclEnable=true must prove an admin account of the ACL file to its "
-                              "master's HA port: set accessKey and secretKey", "accessKey")
 
 
 def _check_port(cfg: BrokerConfig, attr: str, *, allow_zero: bool) -> None:
