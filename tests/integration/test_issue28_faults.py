@@ -67,3 +67,47 @@ async def test_a_slave_started_before_its_sync_master_is_in_sync_within_seconds(
     finally:
         master.stop()
         slave.stop()
+
+
+# -- 4. a clean shutdown logs no ERROR -------------------------------------------------------------------------------
+def _errors(output: str) -> list[str]:
+    """Lines at ERROR or worse, and tracebacks (a clean shutdown has none)."""
+    return [line for line in output.splitlines()
+            if " ERROR " in line or " CRITICAL " in line or line.startswith("Traceback")]
+
+
+async def test_sigterm_of_a_master_a_slave_and_a_name_server_logs_no_error(tmp_path, namesrv):
+    master, slave = group_of(tmp_path, "broker-t", namesrv.addr, role="SYNC_MASTER", slaveTimeout=3000)
+    try:
+        master.start()
+        slave.start()
+        async with await WireClient.connect(master.addr) as client:
+            async def replicated() -> bool:
+                resp = await client.request(RC.SEND_MESSAGE_V2,
+                                            send_v2_fields("FaultStop", 0, props(UNIQ_KEY="S")), b"s")
+                return resp.code == R.SUCCESS
+            deadline = time.monotonic() + 20
+            while not await replicated():
+                assert time.monotonic() < deadline, "the slave never acknowledged"
+                await asyncio.sleep(0.3)
+            for i in range(200):  # replication traffic in flight around the stop
+                await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("FaultStop", i % 2, props(UNIQ_KEY=f"T{i}")),
+                                     b"t" * 500)
+        assert master.stop() == 0  # SIGTERM with the slave connected
+        await asyncio.sleep(1.0)  # the slave notices the closed replication connection
+        master.start()
+        await asyncio.sleep(1.0)
+        assert slave.stop() == 0  # SIGTERM of the slave with its master up
+        await asyncio.sleep(0.5)
+        namesrv.stop()  # SIGTERM of the name server with the master registered
+        assert namesrv.proc.returncode == 0
+        await asyncio.sleep(1.0)
+        assert master.stop() == 0  # its name server gone: unregistration fails quietly
+        for who, output in (("master", master.log_text()), ("slave", slave.log_text()),
+                            ("name server", "".join(namesrv.output))):
+            assert _errors(output) == [], f"{who} logged errors on a clean shutdown:\n{output[-3000:]}"
+        # control: the check sees real errors (the same helper on a line the broker writes at ERROR level)
+        assert _errors("2026-01-01 00:00:00,000 ERROR broker.ha.master - boom")
+    finally:
+        master.stop()
+        slave.stop()
