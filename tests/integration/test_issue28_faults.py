@@ -168,6 +168,102 @@ async def test_a_restarted_master_does_not_hand_every_queue_to_one_consumer(tmp_
 DUPLICATES_ALLOWED = 0
 
 
+# -- 3. offsets committed to a slave while its master was away reach the master -------------------------------------
+async def _offsets(addr: str, group: str, topic: str, queues: int) -> list[int]:
+    """QUERY_CONSUMER_OFFSET of each queue at one broker (-1: none stored)."""
+    async with await WireClient.connect(addr) as client:
+        values = []
+        for queue_id in range(queues):
+            resp = await client.request(RC.QUERY_CONSUMER_OFFSET,
+                                        {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)})
+            values.append(int(resp.ext_fields["offset"]) if resp.code == R.SUCCESS else -1)
+        return values
+
+
+async def test_offsets_committed_to_the_slave_reach_the_returning_master(tmp_path, namesrv):
+    master, slave = group_of(tmp_path, "broker-o", namesrv.addr, slaveReadEnable="true",
+                             autoCreateTopicEnable="false")
+    topic, group, queues = "FaultOffsets", "fault-offsets-cg", 2
+    consumer = consumer_b = None
+    try:
+        master.start()
+        slave.start()
+        await create_topic(master.addr, topic, queues)
+
+        async def slave_knows_topic() -> bool:  # metadata copies every 10 s
+            async with await WireClient.connect(slave.addr) as client:
+                resp = await client.request(RC.GET_ALL_TOPIC_CONFIG, {})
+                return topic.encode() in (resp.body or b"")
+        await wait_for(slave_knows_topic, "the topic copied to the slave", 25, 0.5)
+        async with Producer("fault-offsets-pg", namesrv.addr) as producer:
+            for i in range(100):
+                assert (await producer.send(Message(topic, b"first-%03d" % i))).status.name == "SEND_OK"
+        gate = asyncio.Event()
+        gate.set()
+        rec = Recorder()
+
+        async def listener(msgs):
+            await gate.wait()
+            return await rec(msgs)
+        consumer = push_consumer(group, namesrv.addr, topic, listener, route_refresh_interval=1.0)
+        await consumer.start()
+        await wait_for(lambda: len(rec.bodies) == 100, "the first 100 consumed from the master", 30, 0.1)
+        await wait_for(lambda: _offsets(master.addr, group, topic, queues), "offsets on the master", 10, 0.3)
+        gate.clear()  # the next messages wait in the consumer while the master goes away
+        async with Producer("fault-offsets-pg", namesrv.addr) as producer:
+            for i in range(100):
+                assert (await producer.send(Message(topic, b"second-%03d" % i))).status.name == "SEND_OK"
+        stale = await _offsets(master.addr, group, topic, queues)
+        await wait_for(lambda: b"second" in (slave.store_dir / "commitlog").joinpath(
+            sorted(p.name for p in (slave.store_dir / "commitlog").iterdir())[-1]).read_bytes(),
+            "the second 100 replicated", 20, 0.2)
+        await asyncio.sleep(1.0)
+        master.stop()  # clean stop: it unregisters, consumers commit to the slave
+        await asyncio.sleep(2.5)  # the consumer's route (1 s refresh) names only the slave now
+        gate.set()
+        await wait_for(lambda: len(rec.bodies) == 200, "the second 100 consumed from the slave", 30, 0.1)
+
+        async def committed_to_slave():
+            values = await _offsets(slave.addr, group, topic, queues)
+            return values if sum(values) == 200 else None
+        newer = await wait_for(committed_to_slave, "the offsets committed to the slave", 15, 0.3)
+        assert sum(stale) == 100 and newer != stale
+
+        await consumer.shutdown()  # its last commits went to the slave too; no client is left to repeat them
+        consumer = None
+
+        master.start()
+        started = time.monotonic()
+
+        async def master_has_newer():
+            return await _offsets(master.addr, group, topic, queues) == newer
+        try:  # the slave's metadata copy runs every 10 s
+            await wait_for(master_has_newer, "the slave's newer offsets at the master", 30, 0.3)
+        finally:
+            print(f"master's offsets {await _offsets(master.addr, group, topic, queues)} "
+                  f"(stale {stale}, committed to the slave {newer}) after {time.monotonic() - started:.1f} s")
+        assert await _offsets(slave.addr, group, topic, queues) == newer  # not overwritten by the master's old ones
+        # a new member of the group starts from the master's offsets: nothing is read again
+        rec_b = Recorder()
+        consumer_b = push_consumer(group, namesrv.addr, topic, rec_b, route_refresh_interval=1.0)
+        await consumer_b.start()
+        async with Producer("fault-offsets-pg", namesrv.addr) as producer:
+            async def sent() -> bool:
+                try:
+                    return (await producer.send(Message(topic, b"third"))).status.name == "SEND_OK"
+                except Exception:
+                    return False
+            await wait_for(sent, "a send to the returned master", 20, 0.3)
+        await wait_for(lambda: b"third" in rec_b.bodies, "the new member consuming (control)", 30, 0.1)
+        assert rec_b.bodies == {b"third"}, f"{len(rec_b.bodies) - 1} messages read again from stale offsets"
+    finally:
+        for c in (consumer, consumer_b):
+            if c is not None:
+                await c.shutdown()
+        master.stop()
+        slave.stop()
+
+
 # -- 4. a clean shutdown logs no ERROR -------------------------------------------------------------------------------
 def _errors(output: str) -> list[str]:
     """Lines at ERROR or worse, and tracebacks (a clean shutdown has none)."""
