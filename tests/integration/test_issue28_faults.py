@@ -272,10 +272,16 @@ def _errors(output: str) -> list[str]:
 
 
 async def test_sigterm_of_a_master_a_slave_and_a_name_server_logs_no_error(tmp_path, namesrv):
-    master, slave = group_of(tmp_path, "broker-t", namesrv.addr, role="SYNC_MASTER", slaveTimeout=3000)
+    master, slave = group_of(tmp_path, "broker-t", namesrv.addr, role="SYNC_MASTER", slaveTimeout=3000,
+                             slaveReadEnable="true")
+    consumer = None
     try:
         master.start()
         slave.start()
+        await create_topic(master.addr, "FaultStop", 2)
+        rec = Recorder()
+        consumer = push_consumer("fault-stop-cg", namesrv.addr, "FaultStop", rec, route_refresh_interval=1.0)
+        await consumer.start()  # held pulls and client connections on both brokers through the stops
         async with await WireClient.connect(master.addr) as client:
             async def replicated() -> bool:
                 resp = await client.request(RC.SEND_MESSAGE_V2,
@@ -287,7 +293,8 @@ async def test_sigterm_of_a_master_a_slave_and_a_name_server_logs_no_error(tmp_p
                 await asyncio.sleep(0.3)
             for i in range(200):  # replication traffic in flight around the stop
                 await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("FaultStop", i % 2, props(UNIQ_KEY=f"T{i}")),
-                                     b"t" * 500)
+                                     b"t-%03d-" % i + b"t" * 500)
+        await wait_for(lambda: len(rec.bodies) > 100, "the consumer reading", 20, 0.1)
         assert master.stop() == 0  # SIGTERM with the slave connected
         await asyncio.sleep(1.0)  # the slave notices the closed replication connection
         master.start()
@@ -304,5 +311,7 @@ async def test_sigterm_of_a_master_a_slave_and_a_name_server_logs_no_error(tmp_p
         # control: the check sees real errors (the same helper on a line the broker writes at ERROR level)
         assert _errors("2026-01-01 00:00:00,000 ERROR broker.ha.master - boom")
     finally:
+        if consumer is not None:
+            await consumer.shutdown()
         master.stop()
         slave.stop()
