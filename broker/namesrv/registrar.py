@@ -234,7 +234,9 @@ class BrokerRegistrar:
         if route_info is None:
             return
         live = route_info.broker_live_table.get(self.config.broker_addr)
-        if live is not None and live.data_version == data_version_key(self.topic_configs.data_version):
+        if self.master_listener is not None:
+            self.register_local()  # a slave: the answer names its master (a slave's registration scans no topics)
+        elif live is not None and live.data_version == data_version_key(self.topic_configs.data_version):
             route_info.update_broker_heartbeat(self.config.broker_addr)
         else:
             self.register_local()
