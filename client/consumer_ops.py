@@ -342,7 +342,7 @@ class ConsumerOps:
         )
 
     async def consumer_ids(self, topic: str, timeout: float | None = None,
-                           answers: dict[str, "list[str] | Exception"] | None = None) -> list[str]:
+                           answers: dict[str, list[str] | BaseException] | None = None) -> list[str]:
         """Client ids of the group: the union of what every broker serving topic (masters and slaves) knows
         (GET_CONSUMER_LIST_BY_GROUP to each, concurrently).
 

@@ -4,12 +4,11 @@ that has just restarted and knows one client does not shrink the group; failures
 import json
 
 import pytest
+from test_client_filter_check import FakeInstance
 
 from client.consumer_ops import ConsumerOps
 from client.errors import MQBrokerError, RemotingTimeoutError
 from protocol.codes import RequestCode, ResponseCode
-
-from test_client_filter_check import FakeInstance
 
 
 def listing(*ids: str) -> tuple[int, None, bytes]:
