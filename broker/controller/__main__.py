@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_serve(args, cfg, settings, limits, tls, ssl_context, acl))
-    except BackendError as exc:
-        print(f"mqcontroller: {exc}", file=sys.stderr)
+    except BackendError as exc:  # the store cannot be used: name the key that points at it
+        key = "controllerEtcdEndpoints" if cfg.controller_type == "etcd" else "controllerStorePath"
+        print(f"mqcontroller: key '{key}': {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"mqcontroller: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)

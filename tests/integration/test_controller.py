@@ -295,3 +295,17 @@ def test_broker_conf_controller_keys_are_checked(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert "controllerType" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_corrupt_store_stops_start_up_naming_the_key(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "controller_state.json").write_text("{half a docu")
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"listenPort={free_port()}\ncontrollerStorePath={store}\n")
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "broker.controller", "-c", str(conf)], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "controllerStorePath" in done.stderr and "corrupt" in done.stderr, done
+    assert "Traceback" not in done.stderr
+    assert (store / "controller_state.json").read_text() == "{half a docu"  # left for the operator
