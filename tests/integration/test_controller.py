@@ -279,6 +279,17 @@ async def test_broker_embedded_name_server_hosts_a_controller(broker_factory, tm
         assert await b.obtain_id() == 1
         meta = await client.request(RequestCode.CONTROLLER_GET_METADATA_INFO, {})
         assert meta.ext_fields["controllerLeaderAddress"] == broker.namesrv_addr  # brokerIP1:namesrvListenPort
+        await b.heartbeat()
+        assert (await b.elect_self()).code == 0
+        # mqadmin getSyncStateSet -c: the cluster's groups from the name server (-n), their state from -a
+        from .test_controller_admin import mqadmin
+        shown = await mqadmin("getSyncStateSet", "-a", broker.namesrv_addr, "-c", CLUSTER, "-n",
+                              broker.namesrv_addr, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)[GROUP]["masterBrokerId"] == 1
+        unknown = await mqadmin("getSyncStateSet", "-a", broker.namesrv_addr, "-c", "NoSuchCluster", "-n",
+                                broker.namesrv_addr)
+        assert unknown.returncode == 4, unknown
     assert (tmp_path / "embedded-controller" / "controller_state.json").exists()
     # the broker port itself is not a controller
     async with await WireClient.connect(broker.addr) as client:
