@@ -270,7 +270,8 @@ def test_controller_config_keys_and_errors(tmp_path):
                                             "127.0.0.1:2379, http://10.0.0.2:2379,[::1]:2379",
                                             "controllerStorePath": str(tmp_path / "x"),
                                             "enableElectUncleanMaster": "true", "scanNotActiveBrokerInterval": "100"})
-    assert cfg.controller_type == "etcd" and cfg.enable_elect_unclean_master and cfg.scan_not_active_broker_interval == 100
+    assert cfg.controller_type == "etcd" and cfg.enable_elect_unclean_master
+    assert cfg.scan_not_active_broker_interval == 100
     assert cfg.etcd_endpoints == [("127.0.0.1", 2379), ("10.0.0.2", 2379), ("::1", 2379)]
     assert ControllerConfig.from_properties({}).controller_store_path.endswith("localController")
     for values, key in (({"controllerType": "raft"}, "controllerType"),
