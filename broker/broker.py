@@ -281,9 +281,15 @@ class Broker:
         if cfg.enable_embedded_namesrv:
             from broker.namesrv.__main__ import NameServer
 
+            controller_config = None
+            if cfg.enable_controller_in_namesrv:  # issue 28: a controller on the name server's port
+                from broker.controller.config import ControllerConfig
+
+                controller_config = ControllerConfig.from_object(cfg)
             self.namesrv = NameServer(cfg.listen_host, cfg.namesrv_listen_port, cfg.frame_max_length,
                                       guard=self.connection_guard, acl_validator=self.acl_validator,
-                                      tls=self.tls, ssl_context=self.ssl_context)
+                                      tls=self.tls, ssl_context=self.ssl_context,
+                                      controller_config=controller_config, advertise_host=cfg.broker_ip1)
             await listen("namesrvListenPort", cfg.listen_host, cfg.namesrv_listen_port, self.namesrv.start)
             local_routes = self.namesrv.route_info
         await listen("listenPort", cfg.listen_host, cfg.listen_port, self.server.start)

@@ -219,6 +219,17 @@ class BrokerConfig:
     auto_create_topic_burst_per_client: int = 50
     max_message_properties_count: int = 256
     max_message_properties_bytes: int = 32767
+    # issue 28, controller part: the embedded name server also hosts a controller (enableControllerInNamesrv), with
+    # the controller's keys (broker/controller/config.py; controller.md §12)
+    enable_controller_in_namesrv: bool = False
+    controller_type: str = "local"
+    controller_store_path: str = ""  # "" -> ~/<controllerType>Controller
+    controller_etcd_endpoints: str = ""
+    scan_not_active_broker_interval: int = 5000
+    scan_inactive_master_interval: int = 5000
+    elect_master_max_retry_count: int = 3
+    enable_elect_unclean_master: bool = False
+    notify_broker_role_changed: bool = True
 
     def __post_init__(self) -> None:
         self._normalize_and_check()
@@ -427,6 +438,13 @@ class BrokerConfig:
                               "secretKey" if self.access_key else "accessKey")
         _check_flood_limits(self)
         _check_ha_link(self)
+        if self.enable_controller_in_namesrv:  # issue 28, controller part
+            from broker.controller.config import ControllerConfig
+
+            if not self.enable_embedded_namesrv:
+                raise ConfigError("the controller runs in the embedded name server: set enableEmbeddedNamesrv=true",
+                                  "enableControllerInNamesrv")
+            ControllerConfig.from_object(self)
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())
 

@@ -23,8 +23,8 @@ from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups", "RecordTopics", "needed_resources",
-           "topic_resource"]
+__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups",
+           "RecordTopics", "needed_resources", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -39,13 +39,23 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_PENDING_TRANSACTIONS,
 })
 
+# Controller-mode codes (issue 28): with ACL on, a controller (standalone or in a name server) answers only an admin
+# account's signed request; brokers sign theirs like their name-server registrations.
+CONTROLLER_ADMIN_CODES: frozenset[int] = frozenset({
+    RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, RequestCode.CONTROLLER_ELECT_MASTER,
+    RequestCode.CONTROLLER_REGISTER_BROKER, RequestCode.CONTROLLER_GET_REPLICA_INFO,
+    RequestCode.CONTROLLER_GET_METADATA_INFO, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+    RequestCode.UPDATE_CONTROLLER_CONFIG, RequestCode.GET_CONTROLLER_CONFIG, RequestCode.CLEAN_BROKER_DATA,
+    RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, RequestCode.CONTROLLER_APPLY_BROKER_ID,
+})
+
 # Name-server codes that change routes or name-server state: only an admin account's signed request may use them
 # (the reference leaves the name server open; we don't). Route queries stay open to everyone.
 NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
     RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.UPDATE_NAMESRV_CONFIG,
-})
+}) | CONTROLLER_ADMIN_CODES
 
 _PROP_REAL_TOPIC = "REAL_TOPIC"
 

@@ -26,6 +26,8 @@ from broker.namesrv.route_info import RouteInfoManager
 if TYPE_CHECKING:
     from broker.acl.validator import AclValidator
     from broker.acl.watcher import AclFileWatcher
+    from broker.controller.config import ControllerConfig
+    from broker.controller.service import Controller
     from broker.remoting_server import RemotingServer
     from broker.tls import TlsSettings
 
@@ -51,7 +53,8 @@ class NameServer:
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, max_frame_size: int = 16 * 1024 * 1024,
                  route_info: RouteInfoManager | None = None, guard: ConnectionGuard | None = None,
                  acl_validator: "AclValidator | None" = None,
-                 tls: "TlsSettings | None" = None, ssl_context: "ssl.SSLContext | None" = None) -> None:
+                 tls: "TlsSettings | None" = None, ssl_context: "ssl.SSLContext | None" = None,
+                 controller_config: "ControllerConfig | None" = None, advertise_host: str | None = None) -> None:
         self.route_info = route_info or RouteInfoManager()
         self.processor = NamesrvProcessor(self.route_info)
         self.host = host
@@ -65,6 +68,10 @@ class NameServer:
         self.ssl_context = ssl_context
         self._server = None
         self._expiry_task: asyncio.Task[None] | None = None
+        # enableControllerInNamesrv: a controller answering on this port too (built once the port is bound)
+        self.controller_config = controller_config
+        self.advertise_host = advertise_host
+        self.controller: "Controller | None" = None
 
     async def start(self) -> None:
         from broker.remoting_server import RemotingServer
@@ -76,6 +83,26 @@ class NameServer:
         )
         await self._server.start()
         self.port = self._server.port
+        if self.controller_config is not None:
+            from broker.controller import advertised_address, make_controller
+
+            controller = make_controller(self.controller_config,
+                                         advertised_address(self.advertise_host or self.host, self.port))
+            try:
+                await controller.start()
+            except BaseException as exc:
+                await self._server.close()
+                self._server = None
+                from broker.config import ConfigError
+                from broker.controller.backend import BackendError
+
+                if isinstance(exc, BackendError):  # its store cannot be used: one line naming the key
+                    key = "controllerEtcdEndpoints" if self.controller_config.controller_type == "etcd" \
+                        else "controllerStorePath"
+                    raise ConfigError(f"key '{key}': controller: {exc}", key) from None
+                raise
+            self.controller = controller
+            self._server.handlers.update(controller.handlers())
         self._expiry_task = asyncio.create_task(expire_brokers_forever(self.route_info), name="namesrv-expiry")
         if self.acl_watcher is not None:
             self.acl_watcher.start()
@@ -94,6 +121,9 @@ class NameServer:
         server, self._server = self._server, None
         if server is not None:
             await server.close()
+        controller, self.controller = self.controller, None
+        if controller is not None:
+            await controller.close()
 
 
 _SERVER_KEYS = ("listenPort", "frameMaxLength")
@@ -134,11 +164,21 @@ def load_namesrv_config(path: str) -> tuple[dict[str, Any], ConnectionLimits]:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
+    from broker.controller.config import CONTROLLER_KEYS
+
     limit_keys = ConnectionLimits.keys()
     server: dict[str, Any] = {}
     limits: dict[str, str] = {}
+    controller: dict[str, str] = {}
     for line, key, value in entries:
-        if key in limit_keys:
+        if key in CONTROLLER_KEYS:
+            controller[key] = value
+        elif key == "enableControllerInNamesrv":
+            if value.strip().lower() not in ("true", "false"):
+                raise ValueError(f"{path} line {line}: key 'enableControllerInNamesrv': expected true or false, "
+                                 f"got {value!r}")
+            server[key] = value.strip().lower() == "true"
+        elif key in limit_keys:
             limits[key] = value
         elif key == "aclEnable":
             if value.strip().lower() not in ("true", "false"):
@@ -157,6 +197,13 @@ def load_namesrv_config(path: str) -> tuple[dict[str, Any], ConnectionLimits]:
             log.warning("%s line %d: key %r is not used by this name server; ignored", path, line, key)
     folder = os.path.dirname(os.path.abspath(path))
     server["aclFile"] = os.path.join(folder, os.path.expanduser(server.get("aclFile") or "plain_acl.yml"))
+    if server.get("enableControllerInNamesrv"):
+        from broker.controller.config import ControllerConfig
+
+        try:
+            server["controller"] = ControllerConfig.from_properties(controller)
+        except ConfigError as exc:
+            raise ValueError(f"{path}: key '{exc.key}': {exc.detail}") from None
     try:
         return server, ConnectionLimits.from_properties(limits)
     except ValueError as exc:
@@ -196,7 +243,8 @@ async def _serve(args: argparse.Namespace, settings: dict[str, Any], limits: Con
                  tls: "TlsSettings", ssl_context: "ssl.SSLContext | None",
                  acl: tuple["AclValidator | None", "AclFileWatcher | None"] = (None, None)) -> None:
     server = NameServer(args.host, args.port, settings.get("frameMaxLength", 16 * 1024 * 1024),
-                        guard=ConnectionGuard(limits), acl_validator=acl[0], tls=tls, ssl_context=ssl_context)
+                        guard=ConnectionGuard(limits), acl_validator=acl[0], tls=tls, ssl_context=ssl_context,
+                        controller_config=settings.get("controller"))
     server.acl_watcher = acl[1]
     await server.start()
     stop = asyncio.Event()
@@ -207,6 +255,9 @@ async def _serve(args: argparse.Namespace, settings: dict[str, Any], limits: Con
     print(f"The Name Server boot success. serializeType=JSON, address {args.host}:{server.port}", flush=True)
     assert server.server is not None
     print(f"listening: namesrv {server.server.describe()}", flush=True)
+    if server.controller is not None:
+        print(f"controller: {server.controller.config.controller_type}, address "
+              f"{server.controller.backend.self_address}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -249,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_serve(args, settings, limits, tls, ssl_context, acl))
+    except ValueError as exc:  # ConfigError: the controller's store (enableControllerInNamesrv) is unusable
+        print(f"mqnamesrv: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"mqnamesrv: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

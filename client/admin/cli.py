@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
-from client.admin import commands, consumer_commands, transaction_commands
+from client.admin import commands, consumer_commands, controller_commands, transaction_commands
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 from client.remoting import tls_context
 
@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-original-topic", dest="to_original", action="store_true",
                         help="send to the topic each message was first sent to (every group of it gets it again)")
     p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=10_000)
+
+    controller_commands.add_parsers(add)  # issue 28: getControllerMetaData, getSyncStateSet, electMaster, ...
     return parser
 
 
