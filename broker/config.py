@@ -478,7 +478,6 @@ class BrokerConfig:
             if not self.enable_embedded_namesrv:
                 raise ConfigError("the controller runs in the embedded name server: set enableEmbeddedNamesrv=true",
                                   "enableControllerInNamesrv")
-
             ControllerConfig.from_object(self)
         if self.message_delay_level != " ".join(self.message_delay_level.split()):
             self.message_delay_level = " ".join(self.message_delay_level.split())

@@ -6,6 +6,7 @@ subscriptions are re-checked exactly on the client, since the broker filters by 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -340,23 +341,49 @@ class ConsumerOps:
             mq, RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": mq.topic, "queueId": mq.queue_id}, "timestamp"
         )
 
-    async def consumer_ids(self, topic: str, timeout: float | None = None) -> list[str]:
-        """Client ids of the group as one broker serving topic sees them (GET_CONSUMER_LIST_BY_GROUP)."""
-        route = self.instance.routes.get(topic) or await self.instance.update_route(topic)
-        for broker in route.brokers:
-            addr = broker.master_addr or next(iter(broker.addrs.values()), None)
-            if not addr:
-                continue
-            reply = await self.instance.invoke_broker(
-                addr,
-                RemotingCommand(code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group}),
-                timeout,
-            )
-            if reply.code != ResponseCode.SUCCESS:
-                raise MQBrokerError(reply.code, reply.remark, addr)
-            from protocol.jsonlenient import loads_lenient
+    async def consumer_ids(self, topic: str, timeout: float | None = None,
+                           answers: dict[str, list[str] | BaseException] | None = None) -> list[str]:
+        """Client ids of the group: the union of what every broker serving topic (masters and slaves) knows
+        (GET_CONSUMER_LIST_BY_GROUP to each, concurrently).
 
-            data = loads_lenient(reply.body) if reply.body else {}
-            ids = data.get("consumerIdList") if isinstance(data, dict) else None
-            return [str(i) for i in ids or []]
-        return []
+        The reference asks one broker; a master that has just (re)started or been promoted knows only the clients
+        that reached it first, and every other client would then take all queues or none. Clients heartbeat every
+        broker, so the union is the group as the longest-running brokers see it. Addresses that fail are skipped;
+        MQBrokerError / the first failure when none answers (the caller then keeps its queues). ``answers`` caches
+        the replies per address across the topics of one rebalance (the list is per group, not per topic)."""
+        route = self.instance.routes.get(topic) or await self.instance.update_route(topic)
+        addrs = sorted({addr for broker in route.brokers for addr in broker.addrs.values() if addr})
+        if not addrs:
+            return []
+        answers = {} if answers is None else answers
+        missing = [addr for addr in addrs if addr not in answers]
+        if missing:
+            replies = await asyncio.gather(*(self._consumer_list(addr, timeout) for addr in missing),
+                                           return_exceptions=True)
+            answers.update(zip(missing, replies))
+        ids: set[str] = set()
+        failures = []
+        for addr in addrs:
+            reply = answers[addr]
+            if isinstance(reply, BaseException):
+                failures.append(reply)
+                log.debug("consumer list of %s from %s unavailable: %s", self.group, addr, reply)
+            else:
+                ids.update(reply)
+        if failures and len(failures) == len(addrs):
+            raise failures[0]
+        return sorted(ids)
+
+    async def _consumer_list(self, addr: str, timeout: float | None) -> list[str]:
+        reply = await self.instance.invoke_broker(
+            addr,
+            RemotingCommand(code=RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group}),
+            timeout,
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(reply.code, reply.remark, addr)
+        from protocol.jsonlenient import loads_lenient
+
+        data = loads_lenient(reply.body) if reply.body else {}
+        ids = data.get("consumerIdList") if isinstance(data, dict) else None
+        return [str(i) for i in ids or []]

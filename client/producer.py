@@ -11,7 +11,7 @@ import ssl
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from client.credentials import Credentials
 from client.errors import (
@@ -21,6 +21,8 @@ from client.errors import (
     RemotingError,
     RemotingTimeoutError,
 )
+from client.fault import (
+    LATENCY_MAX, NOT_AVAILABLE_DURATION, BrokerDetector, BrokerFault, LatencyFaultTolerance, check_seconds)
 from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
@@ -38,6 +40,9 @@ RETRYABLE_SEND_CODES = frozenset({1, 2, 14, 16, 17, 204, 205, 215, 1500})
 _SEND_CODE = int(RequestCode.SEND_MESSAGE_V2)
 _monotonic = time.monotonic
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
+# A retry needs at least this much of the send's time left: a sliver would only time out, and could store a copy.
+_MIN_ATTEMPT = 0.05
+_WARN_INTERVAL = 60.0
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
@@ -64,9 +69,18 @@ class Producer(ClientLifecycle):
         tls: "bool | ssl.SSLContext" = False,
         tls_ca_path: str | None = None,
         retry_another_broker_when_not_store_ok: bool = False,
+        send_latency_fault_enable: bool = True,
+        start_detector_enable: bool = True,
+        detect_interval: float = 2.0,
+        detect_timeout: float = 0.5,
+        latency_max: Sequence[float] = LATENCY_MAX,
+        not_available_duration: Sequence[float] = NOT_AVAILABLE_DURATION,
+        send_msg_max_timeout_per_request: float | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
+        check_seconds(frozenset({"send_msg_max_timeout_per_request"}), detect_interval=detect_interval,
+                      detect_timeout=detect_timeout, send_msg_max_timeout_per_request=send_msg_max_timeout_per_request)
         # A stored-but-not-safe answer (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) is returned as
         # it is unless this is set; then the message is sent again to another broker (it may then exist twice).
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
@@ -99,8 +113,36 @@ class Producer(ClientLifecycle):
         self._loading: dict[str, asyncio.Future] = {}
         self._builders: dict[tuple, Callable] = {}
         self._started = False
+        # Fault isolation (controller.md §14): brokers that failed or answered slowly are avoided for a while; with
+        # the detector, a failed broker is avoided until it answers a probe. None: off (every send may pick it).
+        self.send_msg_max_timeout_per_request = send_msg_max_timeout_per_request
+        self._faults: LatencyFaultTolerance | None = None
+        self._blocked: dict[str, float] | None = None  # self._faults.blocked, for the hot path
+        self._slow = 0.0  # latencies from here on isolate (the tables' first non-zero duration)
+        self._detector: BrokerDetector | None = None
+        self._warned_at: dict[str, float] = {}
+        if send_latency_fault_enable:
+            self._faults = LatencyFaultTolerance(latency_max, not_available_duration, detector=start_detector_enable)
+            self._blocked = self._faults.blocked
+            self._slow = self._faults.first_threshold
+            if start_detector_enable:
+                self._detector = BrokerDetector(self._faults, self._instance, self._probe_topic, detect_interval,
+                                                detect_timeout)
+
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        return self._faults is not None
+
+    def isolated_brokers(self) -> dict[str, BrokerFault]:
+        """Brokers unordered sends avoid right now, by name (empty when fault isolation is off)."""
+        return {} if self._faults is None else self._faults.isolated()
 
     # ------------------------------------------------------------------ lifecycle
+    async def shutdown(self) -> None:
+        if self._detector is not None:
+            await self._detector.close()
+        await super().shutdown()
+
     def _unregister_entry(self) -> dict[str, str]:
         return {"producerGroup": self.group}
 
@@ -120,10 +162,12 @@ class Producer(ClientLifecycle):
     ) -> SendResult:
         """Send one message and wait for the broker's answer.
 
-        Without `queue`/`selector`: round-robin over writable queues; a retryable failure is retried (up to
-        retry_times_when_send_failed times) on another queue, preferably of another broker (RocketMQ's synchronous
-        send semantics; `send_async` retries on the same broker, `send_oneway` never retries). With `selector(queues, msg, arg) -> MessageQueue` or an explicit `queue`: one
-        attempt to that queue (ordered messages must not be re-routed).
+        Without `queue`/`selector`: round-robin over writable queues, skipping brokers that fault isolation avoids;
+        a failure (network error, timeout, retryable broker code) is retried (up to retry_times_when_send_failed
+        times, within `timeout` in all) on another queue, of another broker when there is one (RocketMQ's
+        synchronous send semantics; `send_oneway` never retries). With `selector(queues, msg, arg) -> MessageQueue`
+        or an explicit `queue`: one attempt to that queue, isolation or not (ordered messages must not be
+        re-routed: ordering beats availability).
         """
         if not self._started:
             raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
@@ -135,21 +179,31 @@ class Producer(ClientLifecycle):
             info = self._publish.get(prepared.topic)
             if info is not None and info.queues:
                 mq = info.select()
+                blocked = self._blocked
+                until = None
+                if blocked is not None:  # fault isolation: one dict lookup, usually on an empty dict
+                    until = blocked.get(mq.broker_name)
+                    if until is not None and until > started:
+                        mq = info.select_available(blocked, started)
                 addr = self._instance.master_addr(mq.broker_name)
                 conn = self._instance.brokers.connected(addr) if addr is not None else None
                 if conn is not None:
-                    opaque, fut = self._issue(conn, mq, prepared, timeout)
+                    cap = self.send_msg_max_timeout_per_request
+                    opaque, fut = self._issue(conn, mq, prepared, timeout if cap is None or cap > timeout else cap)
                     try:
                         reply = await fut
                     except asyncio.CancelledError:
                         conn.cancel(opaque)
                         raise
                     except RemotingError as exc:
-                        if isinstance(exc, RemotingTimeoutError):
-                            raise
+                        self._failed(mq.broker_name, exc)
                         return await self._send_with_retries(
                             prepared, timeout - (_monotonic() - started), mq.broker_name, exc
                         )
+                    if blocked is not None:
+                        latency = _monotonic() - started
+                        if until is not None or latency >= self._slow:
+                            self._faults.update(mq.broker_name, latency)
                     status = SEND_STATUS_BY_CODE.get(reply.code)
                     if status is not None:
                         result = self._result(status, reply, mq, prepared)
@@ -159,7 +213,10 @@ class Producer(ClientLifecycle):
                             prepared, timeout - (_monotonic() - started), mq.broker_name, not_ok=result
                         )
                     error = MQBrokerError(reply.code, reply.remark, addr)
-                    if reply.code not in RETRYABLE_SEND_CODES or not self.retry_times_when_send_failed:
+                    if reply.code not in RETRYABLE_SEND_CODES:
+                        raise error
+                    self._failed(mq.broker_name, error)
+                    if not self.retry_times_when_send_failed:
                         raise error
                     return await self._send_with_retries(
                         prepared, timeout - (_monotonic() - started), mq.broker_name, error
@@ -187,7 +244,8 @@ class Producer(ClientLifecycle):
             info = self._publish.get(prepared.topic)
             if info is None or not info.queues:
                 info = await self._load_publish_info(prepared.topic)
-            mq = info.select()
+            faults = self._faults
+            mq = info.select() if faults is None else info.select_available(faults.blocked, _monotonic())
         else:
             mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
         addr = self._instance.master_addr(mq.broker_name) or await self._instance.find_master_addr(
@@ -218,9 +276,9 @@ class Producer(ClientLifecycle):
         """Start a send in the background; returns its task (await it for the SendResult).
 
         callback(result, None) or callback(None, error) runs when it completes. Validation errors raise here, at
-        once. Unlike `send` (which moves to another broker after a failure), a failed attempt is retried up to
-        `retry_times_when_send_async_failed` times on another queue of the SAME broker; ordered sends (queue or
-        selector given) are never retried.
+        once. A failed attempt is retried up to `retry_times_when_send_async_failed` times: with fault isolation (the
+        default) on another broker when there is one, as the 5.x client; without it on another queue of the SAME
+        broker, as before. Ordered sends (queue or selector given) are never retried.
         """
         if not self._started:
             raise MQClientError("producer is not started")
@@ -250,26 +308,38 @@ class Producer(ClientLifecycle):
         info = self._publish.get(prepared.topic)
         if info is None or not info.queues:
             info = await self._load_publish_info(prepared.topic)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        mq = info.select()
+        faults = self._faults
+        cap = self.send_msg_max_timeout_per_request
+        clock = _monotonic
+        deadline = clock() + timeout
+        mq = info.select() if faults is None else info.select_available(faults.blocked, clock())
         same_broker = [q for q in info.queues if q.broker_name == mq.broker_name]
         index = same_broker.index(mq) if mq in same_broker else 0
         last_error: Exception | None = None
-        for _attempt in range(1 + self.retry_times_when_send_async_failed):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        for attempt in range(1 + self.retry_times_when_send_async_failed):
+            now = clock()
+            remaining = deadline - now
+            if remaining <= 0 or (attempt and remaining < _MIN_ATTEMPT):
                 break
             try:
-                return await self._send_to_queue(mq, prepared, remaining)
+                result = await self._send_to_queue(mq, prepared, remaining if cap is None else min(cap, remaining))
             except MQBrokerError as exc:
                 if exc.code not in RETRYABLE_SEND_CODES:
                     raise
+                self._failed(mq.broker_name, exc)
                 last_error = exc
             except RemotingError as exc:
+                self._failed(mq.broker_name, exc)
                 last_error = exc
-            index += 1
-            mq = same_broker[index % len(same_broker)]
+            else:
+                if faults is not None:
+                    faults.update(mq.broker_name, clock() - now)
+                return result
+            if faults is not None:  # as the 5.x client: the retry goes to another broker when there is one
+                mq = info.select_available(faults.blocked, clock(), mq.broker_name, reset=True)
+            else:
+                index += 1
+                mq = same_broker[index % len(same_broker)]
         raise last_error or RemotingTimeoutError(f"send to topic {prepared.topic!r} timed out after {timeout}s")
 
     async def send_batch(
@@ -398,38 +468,55 @@ class Producer(ClientLifecycle):
         first_queue: MessageQueue | None = None,
         not_ok: SendResult | None = None,
     ) -> SendResult:
-        """Attempts on successive queues (avoiding the broker that just failed) within one overall deadline.
+        """Attempts on successive queues (avoiding the broker that just failed, and with fault isolation the brokers
+        it avoids) within one overall deadline; used by send's slow path, send_batch and transactional half sends.
 
         failed_broker/last_error (or not_ok, a stored-but-not-safe result when retry_another_broker_when_not_store_ok
         is set): the fast path's first attempt, which counts against the retry budget.
         """
+        retried = last_error is not None or not_ok is not None
+        if retried and timeout < _MIN_ATTEMPT:  # a timeout used up the send's time: nothing to retry with
+            if not_ok is not None:
+                return not_ok
+            raise last_error
         topic = prepared.topic
         info = self._publish.get(topic)
         if info is None or not info.queues:
             info = await self._load_publish_info(topic)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        attempts = 1 + self.retry_times_when_send_failed - (1 if last_error is not None or not_ok is not None else 0)
+        clock = _monotonic
+        deadline = clock() + timeout
+        attempts = 1 + self.retry_times_when_send_failed - (1 if retried else 0)
         retry_not_ok = self._retry_not_ok()
-        for _attempt in range(attempts):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        faults = self._faults
+        cap = self.send_msg_max_timeout_per_request
+        for attempt in range(attempts):
+            now = clock()
+            remaining = deadline - now
+            if remaining <= 0 or (retried and remaining < _MIN_ATTEMPT):
                 break
             if first_queue is not None:
                 mq, first_queue = first_queue, None
+            elif faults is not None:
+                mq = info.select_available(faults.blocked, now, failed_broker, reset=retried)
             else:
                 mq = info.select(failed_broker)
+            retried = True
             try:
-                result = await self._send_to_queue(mq, prepared, remaining)
-                if result.status is SendStatus.SEND_OK or not retry_not_ok:
-                    return result
-                not_ok = result  # stored, but not safely: try another broker, keep this answer if none does better
+                result = await self._send_to_queue(mq, prepared, remaining if cap is None else min(cap, remaining))
             except MQBrokerError as exc:
                 if exc.code not in RETRYABLE_SEND_CODES:
                     raise
+                self._failed(mq.broker_name, exc)
                 last_error = exc
             except RemotingError as exc:
+                self._failed(mq.broker_name, exc)
                 last_error = exc
+            else:
+                if faults is not None:
+                    faults.update(mq.broker_name, clock() - now)
+                if result.status is SendStatus.SEND_OK or not retry_not_ok:
+                    return result
+                not_ok = result  # stored, but not safely: try another broker, keep this answer if none does better
             failed_broker = mq.broker_name
             info = self._publish.get(topic) or info
         if not_ok is not None:
@@ -437,6 +524,29 @@ class Producer(ClientLifecycle):
         if last_error is None:
             raise RemotingTimeoutError(f"send to topic {topic!r} timed out after {timeout}s")
         raise last_error
+
+    def _failed(self, broker: str, exc: Exception) -> None:
+        """An attempt on broker failed: with fault isolation, avoid it (until a probe answers, with the detector).
+        Non-retryable broker codes are about the message, not the broker, and isolate nothing."""
+        faults = self._faults
+        if faults is None or (isinstance(exc, MQBrokerError) and exc.code not in RETRYABLE_SEND_CODES):
+            return
+        was_reachable = faults.is_reachable(broker)
+        faults.update(broker, 0.0, isolation=True, reachable=False)
+        if self._detector is not None and was_reachable:
+            now = _monotonic()
+            if now - self._warned_at.get(broker, -_WARN_INTERVAL) >= _WARN_INTERVAL:  # a flapping broker: not per send
+                self._warned_at[broker] = now
+                log.warning("producer group %s avoids broker %s after %s; unordered sends go to other brokers until "
+                            "it answers a probe (said at most once a minute per broker)", self.group, broker, exc)
+            self._detector.wake()
+
+    def _probe_topic(self, broker: str) -> str:
+        """A topic of broker for the detector's GET_MAX_OFFSET probe (any answer will do)."""
+        for topic, info in self._publish.items():
+            if not info.via_default_topic and any(q.broker_name == broker for q in info.queues):
+                return topic
+        return DEFAULT_TOPIC
 
     def _retry_not_ok(self) -> bool:
         return self.retry_another_broker_when_not_store_ok and self.retry_times_when_send_failed > 0

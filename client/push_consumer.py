@@ -423,6 +423,7 @@ class PushConsumer:
 
     async def _wanted_queues(self) -> set[MessageQueue]:
         wanted: set[MessageQueue] = set()
+        consumer_lists: dict = {}  # broker address -> its list of the group, asked once per rebalance
         for topic in self._all_subscriptions():
             route = self._instance.routes.get(topic)
             if route is None:
@@ -436,7 +437,7 @@ class PushConsumer:
                 wanted.update(queues)
                 continue
             try:
-                cids = sorted(await self._ops.consumer_ids(topic))
+                cids = sorted(await self._ops.consumer_ids(topic, answers=consumer_lists))
             except Exception as exc:
                 log.debug("rebalance: consumer list for %s unavailable: %s", topic, exc)
                 wanted.update(mq for mq in self._process_queues if mq.topic == topic)  # keep until it answers

@@ -6,6 +6,7 @@ the publish queue list (writable queues of brokers that have a master) and the s
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -153,3 +154,29 @@ class TopicPublishInfo:
             if mq.broker_name != avoid_broker:
                 return mq
         return queues[self._index % n]
+
+    def select_available(self, blocked: dict[str, float], now: float, avoid_broker: str | None = None,
+                         reset: bool = False) -> MessageQueue:
+        """Queue choice with fault isolation (the reference's >= 5.1.4 order): the next queue round-robin whose broker
+        is available (`blocked`: broker -> time it may be used again, absent = fine) and not avoid_broker; else one
+        whose broker is at least reachable (not waiting for a probe) and not avoid_broker; else `select(avoid_broker)`.
+        reset: start from a random index (retries, so that concurrent retries spread)."""
+        queues = self.queues
+        n = len(queues)
+        if reset:
+            self._index = random.randrange(1 << 16)
+        start = self._index
+        for i in range(1, n + 1):
+            mq = queues[(start + i) % n]
+            name = mq.broker_name
+            if name != avoid_broker:
+                until = blocked.get(name)
+                if until is None or until <= now:
+                    self._index = start + i
+                    return mq
+        for i in range(1, n + 1):
+            mq = queues[(start + i) % n]
+            if mq.broker_name != avoid_broker and blocked.get(mq.broker_name) != math.inf:
+                self._index = start + i
+                return mq
+        return self.select(avoid_broker)

@@ -125,6 +125,10 @@ class Producer(_Facade):
     def fetch_publish_message_queues(self, topic: str) -> list[_message.MessageQueue]:
         return self._call(self._client.fetch_publish_message_queues(topic))
 
+    def isolated_brokers(self) -> dict:
+        """Brokers unordered sends avoid right now (see client.Producer.isolated_brokers)."""
+        return self._call(_on_loop(self._client.isolated_brokers))
+
 
 class TransactionProducer(Producer):
     """Blocking client.TransactionProducer: the local transaction and the check listener are plain functions (run

@@ -14,10 +14,11 @@ from protocol.command import MAX_HEADER_LENGTH, ProtocolError, RemotingCommand, 
 __all__ = ["FrameDecoder", "ProtocolError", "DEFAULT_MAX_FRAME_SIZE", "REQUEST_MAX_HEADER_SIZE"]
 
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
-# The largest header a server needs to parse: a request's header is small fields plus at most 32 KiB of message
-# properties, which JSON escaping (\u0001, \u0002) can make six times longer. Anything longer is refused before
-# it is parsed (a 16 MiB JSON header would hold the event loop for about 0.1 s).
-REQUEST_MAX_HEADER_SIZE = 256 * 1024
+# The largest header a server parses. A real request's header is small fields plus at most 32 KiB of message
+# properties (JSON escaping of \u0001/\u0002 can make them six times longer) or a selector (64 KiB at most, and a
+# longer one still gets SUBSCRIPTION_PARSE_FAILED naming the limit). Anything longer is refused before it is parsed
+# and its connection closed: a 16 MiB JSON header would hold the event loop for about 0.1 s, 2 MiB for ~15 ms.
+REQUEST_MAX_HEADER_SIZE = 2 * 1024 * 1024
 
 _LENGTH = struct.Struct(">i")
 _unpack_length = _LENGTH.unpack_from

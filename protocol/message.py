@@ -369,13 +369,14 @@ def _decode_text(raw) -> str:
     return bytes(raw).decode("utf-8", "replace")
 
 
-def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> int:
+def check_record(buf, pos: int, limit: int, verify_crc: bool = True, check_names: bool = True) -> int:
     """Validate the record at buf[pos:limit] for recovery.
 
     Returns its TOTALSIZE if magic, sizes (TOTALSIZE equals the size recomputed from the parsed lengths), topic
-    and queue id (``protocol.names``: they become store paths) and, when verify_crc, BODYCRC are all consistent; -1
-    for a BLANK end-of-file marker; 0 for end of valid data (zero fill, garbage, an illegal topic or queue id, or a
-    record truncated by ``limit``). ``record_names_problem_at`` says which name was wrong.
+    and queue id (``protocol.names``: they become store paths; ``check_names=False`` for a reader that makes no
+    path of them, such as the Spark reader) and, when verify_crc, BODYCRC are all consistent; -1 for a BLANK
+    end-of-file marker; 0 for end of valid data (zero fill, garbage, an illegal topic or queue id, or a record
+    truncated by ``limit``). ``record_names_problem_at`` says which name was wrong.
     """
     left = limit - pos
     if left < BLANK_MARKER_SIZE:
@@ -408,7 +409,7 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> int:
     p += topic_width
     if topic_len < 0 or p + topic_len + 2 > end:
         return 0
-    if record_names_problem(buf[p:p + topic_len], _INT.unpack_from(buf, pos + 12)[0]) is not None:
+    if check_names and record_names_problem(buf[p:p + topic_len], _INT.unpack_from(buf, pos + 12)[0]) is not None:
         return 0  # the topic bytes are not CRC-covered: a name that is no topic would become a path
     p += topic_len
     props_len = _SHORT.unpack_from(buf, p)[0]

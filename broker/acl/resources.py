@@ -23,8 +23,8 @@ from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups", "RecordTopics", "needed_resources",
-           "topic_resource"]
+__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups",
+           "RecordTopics", "needed_resources", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings

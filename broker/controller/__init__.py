@@ -15,7 +15,7 @@ from broker.controller.config import ControllerConfig
 if TYPE_CHECKING:
     from broker.controller.service import Controller
 
-__all__ = ["make_backend", "make_controller"]
+__all__ = ["advertised_address", "make_backend", "make_controller"]
 
 
 def make_backend(config: ControllerConfig, self_address: str) -> Backend:
@@ -31,3 +31,12 @@ def make_controller(config: ControllerConfig, self_address: str) -> "Controller"
     from broker.controller.service import Controller
 
     return Controller(config, make_backend(config, self_address))
+
+
+def advertised_address(host: str, port: int) -> str:
+    """How brokers and tools reach this controller: the bind host, or this machine's address for 0.0.0.0."""
+    if host in ("", "0.0.0.0", "::"):
+        from broker.config import default_broker_ip
+
+        host = default_broker_ip()
+    return f"{host}:{port}"

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
-from broker.controller import make_controller
+from broker.controller import advertised_address, make_controller
 from broker.controller.backend import BackendError
 from broker.controller.config import CONTROLLER_KEYS, DEFAULT_LISTEN_PORT, ControllerConfig
 from broker.errors import ConfigError
@@ -83,15 +83,6 @@ def load_controller_config(path: str | None) -> tuple[ControllerConfig, dict[str
         return cfg, server, ConnectionLimits.from_properties(limits)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-
-
-def advertised_address(host: str, port: int) -> str:
-    """How brokers and tools reach this controller: the bind host, or this machine's address for 0.0.0.0."""
-    if host in ("", "0.0.0.0", "::"):
-        from broker.config import default_broker_ip
-
-        host = default_broker_ip()
-    return f"{host}:{port}"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -169,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_serve(args, cfg, settings, limits, tls, ssl_context, acl))
-    except BackendError as exc:
-        print(f"mqcontroller: {exc}", file=sys.stderr)
+    except BackendError as exc:  # the store cannot be used: name the key that points at it
+        key = "controllerEtcdEndpoints" if cfg.controller_type == "etcd" else "controllerStorePath"
+        print(f"mqcontroller: key '{key}': {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"mqcontroller: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)

@@ -63,6 +63,7 @@ class EtcdBackend(Backend):
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
         self._closing: set[asyncio.Task] = set()
+        self._stopping = False  # loops also check this: Python 3.11's wait_for can swallow a cancellation
 
     @property
     def group_name(self) -> str:
@@ -140,10 +141,14 @@ class EtcdBackend(Backend):
                        asyncio.create_task(self._watch_leader(), name="controller-etcd-watch")]
 
     async def close(self) -> None:
+        self._stopping = True
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5)
+            for task in pending:  # a lost cancellation: once more
+                task.cancel()
         term, lease = self._term, self._lease
         self._step_down("shutting down")
         with contextlib.suppress(Exception):
@@ -166,7 +171,7 @@ class EtcdBackend(Backend):
     async def _keep_alive(self) -> None:
         """Refresh the lease every third of its TTL. A lease etcd no longer knows, or no successful refresh for
         most of the TTL, ends this controller's term before etcd would hand it to another."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
                 if self._lease is None:
@@ -187,7 +192,7 @@ class EtcdBackend(Backend):
                 self._step_down("its etcd lease could not be refreshed")
 
     async def _campaign(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._campaign_once()
             except BackendError:
@@ -240,7 +245,7 @@ class EtcdBackend(Backend):
 
     async def _watch_leader(self) -> None:
         """Leader-key changes end a term at once (the poll would see them within POLL_S anyway)."""
-        while True:
+        while not self._stopping:
             try:
                 if self._client is None:
                     await asyncio.sleep(POLL_S)

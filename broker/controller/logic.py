@@ -159,12 +159,12 @@ def alter_sync_state_set(state: GroupState | None, broker_name: str, master_brok
                         "The newSyncStateSet is equal with oldSyncStateSet, no needed to update syncStateSet", header)
     if state.master_broker_id is None or state.master_broker_id != master_broker_id:
         return Decision(ResponseCode.CONTROLLER_INVALID_MASTER,
-                        f"Rejecting alter syncStateSet request because the current leader is:{{{state.master_broker_id}}}, "
-                        f"not {{{master_broker_id}}}", header)
+                        "Rejecting alter syncStateSet request because the current leader is:"
+                        f"{{{state.master_broker_id}}}, not {{{master_broker_id}}}", header)
     if master_epoch != state.master_epoch:
         return Decision(ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
-                        f"Rejecting alter syncStateSet request because the current master epoch is:{{{state.master_epoch}}}, "
-                        f"not {{{master_epoch}}}", header)
+                        "Rejecting alter syncStateSet request because the current master epoch is:"
+                        f"{{{state.master_epoch}}}, not {{{master_epoch}}}", header)
     if proposed.sync_state_set_epoch != state.sync_state_set_epoch:
         return Decision(ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                         "Rejecting alter syncStateSet request because the current syncStateSet epoch is:"

@@ -1,6 +1,10 @@
 """A slave copies its master's metadata (replication.md §6): topics and subscription groups (replaced when the
 master's data version differs), consumer offsets (merged: the master's entries win), delay offsets (kept in the
-slave's delayOffset.json). Every 10 s, first 3 s after start, while the master's remoting address is known."""
+slave's delayOffset.json). Every 10 s, first 3 s after start, while the master's remoting address is known.
+
+Offsets that consumers committed to this slave (they do while the master is away, replication.md §7.3) and that are
+newer than the master's are first handed to the master (UPDATE_CONSUMER_OFFSET), so a master that returns does not
+serve the older ones, and the copy does not overwrite them here (the reference loses them: §7.3, pitfall 8)."""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ class MetadataSync(BackgroundService):
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
+        if getattr(offsets, "client_commits", False) is None:
+            offsets.client_commits = {}  # record what clients commit here, for the master
         self.delay_offset_path = delay_offset_path
         self.own_addr = own_addr
         self.connect = connect  # addr -> an object with async invoke(cmd, timeout) and close()
@@ -71,19 +77,61 @@ class MetadataSync(BackgroundService):
                         self._conn = None
             await asyncio.sleep(self.interval_s)
 
-    async def _ask(self, addr: str, code: int) -> Any:
+    async def _request(self, addr: str, code: int, fields: dict[str, Any] | None = None) -> RemotingCommand:
         if self._conn is None or self._conn_addr != addr:
             if self._conn is not None:
                 self._conn.close()
             self._conn, self._conn_addr = self.connect(addr), addr
-        fields: dict[str, Any] = {}
+        fields = dict(fields or {})
         if self.credentials is not None:
             fields[ACCESS_KEY] = self.credentials[0]
             fields[SIGNATURE] = sign(self.credentials[1], fields)
-        reply = await self._conn.invoke(RemotingCommand.request(code, fields, opaque=0), REQUEST_TIMEOUT_S)
+        return await self._conn.invoke(RemotingCommand.request(code, fields, opaque=0), REQUEST_TIMEOUT_S)
+
+    async def _ask(self, addr: str, code: int) -> Any:
+        reply = await self._request(addr, code)
         if reply.code != ResponseCode.SUCCESS:
             return None
         return loads_lenient(reply.body) if reply.body else None
+
+    async def _hand_over_client_commits(self, addr: str, table: dict) -> None:
+        """Commit to the master the offsets clients committed here that are newer than its own (``table``, its
+        offsetTable as just read, is updated with them so the merge keeps them). Older ones are dropped: the master
+        moved on. An entry is forgotten once handed over, unless a client committed it again meanwhile."""
+        pending = self.offsets.client_commits
+        if not pending:
+            return
+        handed, refused = 0, None
+        for key, queues in list(pending.items()):
+            if refused is not None:
+                break
+            topic, _, group = key.partition("@")
+            master_queues = table.get(key)
+            master_queues = master_queues if isinstance(master_queues, dict) else {}
+            master_at = {as_int(q, -1): as_int(o, -1) for q, o in master_queues.items()}
+            for queue_id, offset in list(queues.items()):
+                if offset > master_at.get(queue_id, -1):
+                    reply = await self._request(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                        "consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+                        "commitOffset": str(offset)})
+                    if reply.code != ResponseCode.SUCCESS:
+                        refused = f"{reply.code} {reply.remark or ''}".strip()
+                        break  # all kept: tried again at the next copy
+                    for q in [q for q in master_queues if as_int(q, -1) == queue_id]:
+                        del master_queues[q]
+                    master_queues[str(queue_id)] = offset
+                    handed += 1
+                if queues.get(queue_id) == offset:
+                    del queues[queue_id]
+            if not queues:
+                pending.pop(key, None)
+            if master_queues and key not in table:
+                table[key] = master_queues
+        if handed:
+            log.info("handed %d consumer offset(s) committed to this slave to master %s", handed, addr)
+        if refused is not None:
+            log.warning("master %s refused the consumer offsets committed to this slave (%s); they are kept here and "
+                        "offered again at the next copy", addr, refused)
 
     async def sync_once(self, addr: str) -> None:
         topics = await self._ask(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
@@ -93,11 +141,16 @@ class MetadataSync(BackgroundService):
             self.topics._changed()
         offsets = await self._ask(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         table = offsets.get("offsetTable") if isinstance(offsets, dict) else None
+        if self.offsets.client_commits and (isinstance(table, dict) or offsets is None):
+            table = {} if table is None else table  # None: the master has no offsets at all yet
+            await self._hand_over_client_commits(addr, table)
         if isinstance(table, dict) and table:
             for key, queues in table.items():
                 if "@" in str(key) and isinstance(queues, dict):
                     self.offsets.offset_table[str(key)] = {as_int(q, -1): as_int(o, 0) for q, o in queues.items()
                                                            if as_int(q, -1) >= 0}
+            for key, queues in (self.offsets.client_commits or {}).items():  # not handed over yet: still newest
+                self.offsets.offset_table.setdefault(key, {}).update(queues)
             self.offsets._changed()
         delay = await self._ask(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         if isinstance(delay, dict):

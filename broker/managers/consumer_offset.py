@@ -29,6 +29,9 @@ class ConsumerOffsetManager(PersistentTable):
     def __init__(self, config_dir: str) -> None:
         super().__init__(os.path.join(config_dir, FILE_NAME), auto_persist=False)
         self.offset_table: dict[str, dict[int, int]] = {}
+        # A slave's client commits (consumers commit to a slave while its master is away), kept until they are
+        # handed to the master (broker/ha/metadata_sync.py); None on a master. Same layout as offset_table.
+        self.client_commits: dict[str, dict[int, int]] | None = None
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -45,6 +48,8 @@ class ConsumerOffsetManager(PersistentTable):
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
             self._changed(notify=False)
+        if self.client_commits is not None:
+            self.client_commits.setdefault(self.key(topic, group), {})[queue_id] = offset
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when none is stored."""

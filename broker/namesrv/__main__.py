@@ -84,8 +84,7 @@ class NameServer:
         await self._server.start()
         self.port = self._server.port
         if self.controller_config is not None:
-            from broker.controller import make_controller
-            from broker.controller.__main__ import advertised_address
+            from broker.controller import advertised_address, make_controller
 
             controller = make_controller(self.controller_config,
                                          advertised_address(self.advertise_host or self.host, self.port))

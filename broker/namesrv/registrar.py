@@ -11,6 +11,8 @@ once per ``CHANGE_REGISTER_DEBOUNCE_S`` during a burst - with the body encoded o
 when large.
 A full table is sent rather than only the changed topics because name servers that replace a
 broker's topics with each registration (ours) would otherwise drop the rest.
+A slave learns its master's HA and remoting addresses from the answers; while no answer names them it
+registers again within seconds (``MASTER_LOOKUP_*``), not a period later.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ BROKER_HEARTBEAT_TIMEOUT_MS = 120_000
 CHANGE_REGISTER_DEBOUNCE_S = 0.3
 # Bodies of tables larger than this are encoded in a worker thread instead of on the event loop.
 INLINE_ENCODE_MAX_TOPICS = 256
+# A slave whose registration answers name no master yet (it started first, or the master's registration expired)
+# registers again after 1 s, 2 s, 4 s, then every MASTER_LOOKUP_MAX_S, instead of waiting a whole period: it learns
+# the master's HA address (and SYNC_MASTER sends stop answering SLAVE_NOT_AVAILABLE) seconds after the master starts.
+MASTER_LOOKUP_FIRST_S = 1.0
+MASTER_LOOKUP_MAX_S = 5.0
 
 
 class BrokerRegistrar:
@@ -68,6 +75,7 @@ class BrokerRegistrar:
         # A slave's hook: called with the master's HA and remoting addresses from each registration answer
         # (None: no master registered).
         self.master_listener: Callable[[str | None, str | None], None] | None = None
+        self._master_named = False  # a slave: some answer of the last round named the master's HA address
         self.namesrv_addrs = list(config.namesrv_addr_list if namesrv_addrs is None else namesrv_addrs)
         self.request_timeout = request_timeout
         self.change_debounce_s = change_debounce_s
@@ -217,7 +225,7 @@ class BrokerRegistrar:
             timeout_ms=max(BROKER_HEARTBEAT_TIMEOUT_MS, 4 * cfg.register_name_server_period),
         )
         if self.master_listener is not None and result is not None:
-            self.master_listener(getattr(result, "ha_server_addr", None), getattr(result, "master_addr", None))
+            self._tell_master(getattr(result, "ha_server_addr", None), getattr(result, "master_addr", None))
 
     def refresh_local(self) -> None:
         """Periodic embedded registration: deltas keep the routes current, so only the broker's
@@ -226,7 +234,9 @@ class BrokerRegistrar:
         if route_info is None:
             return
         live = route_info.broker_live_table.get(self.config.broker_addr)
-        if live is not None and live.data_version == data_version_key(self.topic_configs.data_version):
+        if self.master_listener is not None:
+            self.register_local()  # a slave: the answer names its master (a slave's registration scans no topics)
+        elif live is not None and live.data_version == data_version_key(self.topic_configs.data_version):
             route_info.update_broker_heartbeat(self.config.broker_addr)
         else:
             self.register_local()
@@ -253,14 +263,20 @@ class BrokerRegistrar:
             return False
         if self.master_listener is not None:  # a slave learns its master's HA address from the answer
             fields = response.ext_fields or {}
-            self.master_listener(fields.get("haServerAddr") or None, fields.get("masterAddr") or None)
+            self._tell_master(fields.get("haServerAddr") or None, fields.get("masterAddr") or None)
         if self._last_ok.get(addr) is not True:
             self._last_ok[addr] = True
             log.info("registered broker %s (%s) with name server %s", self.config.broker_name, self.config.broker_addr, addr)
         return True
 
+    def _tell_master(self, ha_addr: str | None, master_addr: str | None) -> None:
+        if ha_addr:
+            self._master_named = True
+        self.master_listener(ha_addr, master_addr)  # type: ignore[misc]
+
     async def register_all(self) -> None:
         """Refresh the embedded registration and send one full registration to every remote name server."""
+        self._master_named = False
         self.refresh_local()
         if self.namesrv_addrs:
             body = await self.build_register_body()  # encoded once for all addresses
@@ -296,12 +312,18 @@ class BrokerRegistrar:
         so the changes of a burst that arrive meanwhile share the next registration."""
         period = self.config.register_name_server_period / 1000.0
         loop = asyncio.get_running_loop()
+        lookup = MASTER_LOOKUP_FIRST_S
         while True:
             self._wake.clear()
             await self.register_all()
             registered_at = loop.time()
+            wait = period
+            if self.master_listener is not None and not self._master_named:  # a slave still looking for its master
+                wait, lookup = min(period, lookup), min(lookup * 2, MASTER_LOOKUP_MAX_S)
+            else:
+                lookup = MASTER_LOOKUP_FIRST_S
             try:
-                await asyncio.wait_for(self._wake.wait(), period)
+                await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
                 continue
             pause = self.change_debounce_s - (loop.time() - registered_at)

@@ -123,7 +123,8 @@ async def elect_master(admin: AdminClient, args: argparse.Namespace) -> int:
                    "masterBrokerId": int(ext["masterBrokerId"]) if ext.get("masterBrokerId") else None,
                    "brokerMasterAddr": ext.get("masterAddress"), "masterEpoch": int(ext.get("masterEpoch", 0)),
                    "syncStateSetEpoch": int(ext.get("syncStateSetEpoch", 0)),
-                   "syncStateSet": sorted(body.sync_state_set), "brokers": {str(k): v for k, v in sorted(addrs.items())}})
+                   "syncStateSet": sorted(body.sync_state_set),
+                   "brokers": {str(k): v for k, v in sorted(addrs.items())}})
         return 0
     print(f"#ClusterName\t{args.cluster}")
     print(f"#BrokerName\t{args.broker_name}")

@@ -291,11 +291,11 @@ async def test_malformed_frame_closes_only_that_connection(shared_broker, client
 
 
 async def test_an_oversized_header_closes_only_that_connection(shared_broker, client):
-    """A 1 MiB JSON header (legal frame size, far past any real request) is refused unparsed: that connection is
+    """A 3 MiB JSON header (a legal frame size, far past any real request) is refused unparsed: that connection is
     closed, the broker and other clients go on."""
     from protocol.command import RemotingCommand, encode_command
     bad = await WireClient.connect(shared_broker.addr)
-    huge = RemotingCommand.request(RC.SEND_MESSAGE_V2, {**send_v2_fields("Huge"), "x": "y" * (1 << 20)}, b"x",
+    huge = RemotingCommand.request(RC.SEND_MESSAGE_V2, {**send_v2_fields("Huge"), "x": "y" * (3 << 20)}, b"x",
                                    opaque=7)
     await bad.send_raw(encode_command(huge))
     await asyncio.wait_for(bad.closed.wait(), 5)

@@ -279,6 +279,17 @@ async def test_broker_embedded_name_server_hosts_a_controller(broker_factory, tm
         assert await b.obtain_id() == 1
         meta = await client.request(RequestCode.CONTROLLER_GET_METADATA_INFO, {})
         assert meta.ext_fields["controllerLeaderAddress"] == broker.namesrv_addr  # brokerIP1:namesrvListenPort
+        await b.heartbeat()
+        assert (await b.elect_self()).code == 0
+        # mqadmin getSyncStateSet -c: the cluster's groups from the name server (-n), their state from -a
+        from .test_controller_admin import mqadmin
+        shown = await mqadmin("getSyncStateSet", "-a", broker.namesrv_addr, "-c", CLUSTER, "-n",
+                              broker.namesrv_addr, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)[GROUP]["masterBrokerId"] == 1
+        unknown = await mqadmin("getSyncStateSet", "-a", broker.namesrv_addr, "-c", "NoSuchCluster", "-n",
+                                broker.namesrv_addr)
+        assert unknown.returncode == 4, unknown
     assert (tmp_path / "embedded-controller" / "controller_state.json").exists()
     # the broker port itself is not a controller
     async with await WireClient.connect(broker.addr) as client:
@@ -295,3 +306,17 @@ def test_broker_conf_controller_keys_are_checked(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert "controllerType" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_corrupt_store_stops_start_up_naming_the_key(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "controller_state.json").write_text("{half a docu")
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"listenPort={free_port()}\ncontrollerStorePath={store}\n")
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "broker.controller", "-c", str(conf)], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "controllerStorePath" in done.stderr and "corrupt" in done.stderr, done
+    assert "Traceback" not in done.stderr
+    assert (store / "controller_state.json").read_text() == "{half a docu"  # left for the operator

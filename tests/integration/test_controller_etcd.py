@@ -245,3 +245,21 @@ async def test_losing_an_etcd_member_does_not_stop_the_controller_group(etcd_clu
     finally:
         c1.kill()
         c2.kill()
+
+
+async def test_a_stopped_active_controller_hands_over_at_once(etcd_cluster, tmp_path):
+    """SIGTERM: the active controller deletes its leader key on the way out, so the standby does not wait for the
+    lease to run out."""
+    c1 = _controller(tmp_path, "c1", etcd_cluster.endpoints).start()
+    c2 = _controller(tmp_path, "c2", etcd_cluster.endpoints).start()
+    try:
+        await _wait_leader(c1.addr, 15)
+        await asyncio.sleep(0.5)
+        assert (await _metadata(c2.addr))["isLeader"] == "false"
+        assert c1.stop() == 0
+        took = await _wait_leader(c2.addr, 10)
+        assert took < 2.0, took  # the lease is 3 s
+        assert "Traceback" not in c1.log_text() and "ERROR" not in c1.log_text(), c1.log_text()
+    finally:
+        c1.kill()
+        c2.kill()

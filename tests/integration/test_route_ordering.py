@@ -30,7 +30,9 @@ ROUTABLE_WITHIN_S = 1.0
 
 def embedded_namesrv_as_namesrv_addr() -> dict[str, object]:
     port = free_port()
-    return {"namesrvListenPort": port, "namesrvAddr": f"127.0.0.1:{port}", "autoCreateTopicEnable": "true"}
+    # the per-client auto-creation limit off: hundreds of topics from one address is the point here
+    return {"namesrvListenPort": port, "namesrvAddr": f"127.0.0.1:{port}", "autoCreateTopicEnable": "true",
+            "autoCreateTopicRatePerClient": 0}
 
 
 async def route_has_broker(namesrv: WireClient, topic: str, broker_addr: str) -> bool:

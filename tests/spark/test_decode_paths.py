@@ -213,7 +213,7 @@ def length_fields(at):  # positions of a record's TOTALSIZE, body, topic and pro
 
 
 starts, pos = [], 0
-while (size := check_record(original, pos, len(original), verify_crc=False)) > 0:
+while (size := check_record(original, pos, len(original), verify_crc=False, check_names=False)) > 0:
     starts.append((pos, size, length_fields(pos)))
     pos += size
 rnd = random.Random(7)
@@ -239,7 +239,8 @@ for case in range(int(sys.argv[2])):
     for batch in scan:
         decode_messages(buf, base, batch, DecodeOptions())  # every column, the properties map included
         for pos, size in zip(batch.pos.tolist(), batch.size.tolist()):
-            assert check_record(data, pos, len(data), verify_crc=False) == size, (case, pos)
+            # the same structure as the record codec (names are the store's concern: Spark makes no path of them)
+            assert check_record(data, pos, len(data), verify_crc=False, check_names=False) == size, (case, pos)
             assert previous is None or previous == pos, (case, previous, pos)
             previous = pos + size
             records += 1

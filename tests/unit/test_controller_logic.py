@@ -259,3 +259,30 @@ async def test_local_backend_persists_atomically_and_refuses_a_corrupt_file(tmp_
     from broker.controller.backend import BackendError
     with pytest.raises(BackendError, match="corrupt"):
         await broken.start()
+
+
+# ---- configuration -----------------------------------------------------------------------------------------------
+def test_controller_config_keys_and_errors(tmp_path):
+    from broker.controller.config import ControllerConfig, parse_endpoints
+    from broker.errors import ConfigError
+
+    cfg = ControllerConfig.from_properties({"controllerType": "ETCD", "controllerEtcdEndpoints":
+                                            "127.0.0.1:2379, http://10.0.0.2:2379,[::1]:2379",
+                                            "controllerStorePath": str(tmp_path / "x"),
+                                            "enableElectUncleanMaster": "true", "scanNotActiveBrokerInterval": "100"})
+    assert cfg.controller_type == "etcd" and cfg.enable_elect_unclean_master
+    assert cfg.scan_not_active_broker_interval == 100
+    assert cfg.etcd_endpoints == [("127.0.0.1", 2379), ("10.0.0.2", 2379), ("::1", 2379)]
+    assert ControllerConfig.from_properties({}).controller_store_path.endswith("localController")
+    for values, key in (({"controllerType": "raft"}, "controllerType"),
+                        ({"controllerType": "etcd"}, "controllerEtcdEndpoints"),
+                        ({"controllerType": "etcd", "controllerEtcdEndpoints": "host"}, "controllerEtcdEndpoints"),
+                        ({"controllerType": "etcd", "controllerEtcdEndpoints": "h:99999"}, "controllerEtcdEndpoints"),
+                        ({"electMasterMaxRetryCount": "0"}, "electMasterMaxRetryCount"),
+                        ({"scanInactiveMasterInterval": "x"}, "scanInactiveMasterInterval"),
+                        ({"notifyBrokerRoleChanged": "yes"}, "notifyBrokerRoleChanged")):
+        with pytest.raises(ConfigError) as err:
+            ControllerConfig.from_properties(values)
+        assert err.value.key == key
+    with pytest.raises(ValueError):
+        parse_endpoints("a:1,b")

@@ -287,8 +287,8 @@ def test_random_header_of_each_type_only_raises_protocol_error(stype, header, bo
 
 
 def test_a_server_refuses_an_oversized_header_before_parsing_it():
-    """REQUEST_MAX_HEADER_SIZE: the largest legal request header (32 KiB of properties, JSON-escaped) passes; a
-    longer one is a protocol error (the connection is closed), found from the type word alone."""
+    """REQUEST_MAX_HEADER_SIZE: the largest real request header (32 KiB of properties, JSON-escaped) passes; a
+    header past the limit is a protocol error (the connection is closed), found from the type word alone."""
     escaped = "\x01\x02" * (32 * 1024 // 2)  # 32 KiB of separators: six bytes each once JSON-escaped
     legal = encode_command(RemotingCommand.request(310, {"b": "T", "i": escaped}, b"x", opaque=1))
     assert len(legal) > 190_000

@@ -175,3 +175,29 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(tmp_path):
     assert not groups._save(seq_old, build_old)  # the slower, older write arrives late: skipped
     with open(tmp_path / "subscriptionGroup.json", encoding="utf-8") as f:
         assert "second" in json.load(f)["subscriptionGroupTable"]
+
+
+async def test_a_slave_without_a_master_registers_again_within_seconds_then_only_each_period(tmp_path, monkeypatch):
+    """Issue 28: a slave that registered before its master learns the master's HA address soon after the master
+    registers, not a registerNameServerPeriod later; once it knows it, it registers at the period again."""
+    import broker.namesrv.registrar as registrar_module
+
+    monkeypatch.setattr(registrar_module, "MASTER_LOOKUP_FIRST_S", 0.05)
+    monkeypatch.setattr(registrar_module, "MASTER_LOOKUP_MAX_S", 0.2)
+    cfg = broker_config(tmp_path, broker_role="SLAVE", broker_id=1)
+    ri = RouteInfoManager()
+    registrar = BrokerRegistrar(cfg, TopicConfigManager(cfg), local_route_info=ri, namesrv_addrs=[])
+    heard: list[tuple] = []
+    registrar.master_listener = lambda ha, addr: heard.append((ha, addr))
+    await registrar.start()
+    try:
+        await asyncio.sleep(0.6)
+        assert len(heard) >= 4 and all(ha is None for ha, _ in heard)  # looking: 0, 0.05, 0.15, 0.35, 0.55 s
+        ri.register_broker("DefaultCluster", "broker-a", "127.0.0.1:20911", 0, "127.0.0.1:20912", {}, DataVersion())
+        await asyncio.sleep(0.3)
+        assert heard[-1] == ("127.0.0.1:20912", "127.0.0.1:20911")
+        found = len(heard)
+        await asyncio.sleep(0.6)
+        assert len(heard) == found  # known: the next registration is a period (30 s) away
+    finally:
+        await registrar.close()
