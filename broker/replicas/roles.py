@@ -178,6 +178,7 @@ class BrokerRoles:
         self.epoch_master.set_sync_state_set(members, set_epoch)
         cfg.broker_role = "SYNC_MASTER"
         cfg.broker_id = 0
+        b.consumer_offset_manager.client_commits = None  # a master keeps no commits to hand over
         b.processors["send"].refresh_role()
         await self._start_master_services()
         b.topic_config_manager.data_version.state_version = epoch
@@ -197,6 +198,8 @@ class BrokerRoles:
         store.config.replica = True
         store._replica_dispatched = None
         store.visible_limit = None
+        if b.consumer_offset_manager.client_commits is None:  # commits made here go to the master (metadata_sync)
+            b.consumer_offset_manager.client_commits = {}
         cfg.broker_role = "SLAVE"
         cfg.broker_id = manager.broker_id
         b.processors["send"].refresh_role()
