@@ -46,37 +46,48 @@ class ControllerLink:
         self.addrs = list(addrs)
         self.connections = {a: _Connection(a, on_request, connect_timeout=1.0, max_frame_size=max_frame_size,
                                            ssl_context=ssl_context) for a in self.addrs}
+        self._extra: dict[str, _Connection] = {}  # a leader reachable only under its advertised address
         self.leader: str | None = None
 
     def close(self) -> None:
-        for c in self.connections.values():
+        for c in [*self.connections.values(), *self._extra.values()]:
             c.close()
 
     async def find_leader(self) -> str | None:
-        """Ask the controllers who leads (1005); the first answer naming a leader wins."""
+        """Ask the controllers who leads (1005). A configured controller that answers isLeader is used through its
+        own connection (the one its heartbeats take: a controller treats that connection closing as the broker
+        dying); only a leader known by its advertised address alone gets a connection of its own."""
+        named = None
         for addr, conn in self.connections.items():
             try:
                 response = await conn.invoke(RemotingCommand.request(
                     RequestCode.CONTROLLER_GET_METADATA_INFO, {}, opaque=next_opaque()), REQUEST_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
                 _limited.info(("meta", addr), "controller %s unreachable: %s", addr, exc or type(exc).__name__)
-                conn.close()
                 continue
             if response.code != ResponseCode.SUCCESS:
                 continue
             header = GetMetaDataResponseHeader.decode(response.ext_fields)
-            leader = header.controller_leader_address or (addr if header.is_leader else None)
-            if leader:
-                if leader not in self.connections:  # a leader reachable under another spelling: use it as named
-                    self.connections[leader] = _Connection(leader, conn._on_request, connect_timeout=1.0,
-                                                           max_frame_size=conn.max_frame_size,
-                                                           ssl_context=conn.ssl_context)
-                if leader != self.leader:
-                    log.info("active controller: %s", leader)
-                self.leader = leader
-                return leader
+            if header.is_leader:
+                return self._set_leader(addr)
+            named = named or header.controller_leader_address
+        if named:
+            if named not in self.connections and named not in self._extra:
+                first = next(iter(self.connections.values()))
+                self._extra[named] = _Connection(named, first._on_request, connect_timeout=1.0,
+                                                 max_frame_size=first.max_frame_size, ssl_context=first.ssl_context)
+            return self._set_leader(named)
         self.leader = None
         return None
+
+    def _set_leader(self, addr: str) -> str:
+        if addr != self.leader:
+            log.info("active controller: %s", addr)
+        self.leader = addr
+        return addr
+
+    def _connection(self, addr: str) -> "_Connection":
+        return self.connections.get(addr) or self._extra[addr]
 
     async def invoke_leader(self, code: int, header: dict[str, str], body: bytes = b"",
                             timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
@@ -85,13 +96,12 @@ class ControllerLink:
             leader = self.leader or await self.find_leader()
             if leader is None:
                 raise ControllerError(f"no active controller among {';'.join(self.addrs)}")
-            conn = self.connections[leader]
+            conn = self._connection(leader)
             try:
                 response = await conn.invoke(RemotingCommand.request(code, header, body, opaque=next_opaque()),
                                              timeout)
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
-                conn.close()
-                self.leader = None
+                self.leader = None  # never closed here: a controller takes its connection closing for a dead broker
                 if attempt:
                     raise ControllerError(f"controller {leader}: {exc or type(exc).__name__}") from None
                 continue
@@ -110,5 +120,5 @@ class ControllerLink:
                 await conn.invoke_oneway(RemotingCommand.request(code, header, opaque=next_opaque(), oneway=True))
                 sent += 1
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError):
-                conn.close()
+                pass  # unreachable now: the next heartbeat connects again
         return sent
