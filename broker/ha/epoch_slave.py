@@ -42,13 +42,15 @@ class EpochHASlave(HASlave):
 
     def __init__(self, store: Any, master_address: str | None = None, *, epoch_file: EpochFile, broker_id: int,
                  async_learner: bool = False, on_unreconcilable: Callable[[str | None], None] | None = None,
+                 on_confirm: Callable[[int], None] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(store, master_address, **kwargs)
         self.fixed = False  # the role change names the master
         self.epoch_file = epoch_file
         self.broker_id = broker_id
         self.async_learner = async_learner
-        self.confirm_offset = -1
+        self.confirm_offset = -1  # min(the master's confirmOffset, own max): what consumers here may see
+        self._on_confirm = on_confirm
         self.unreconcilable: str | None = None
         self._on_unreconcilable = on_unreconcilable
         self.last_truncation: tuple[int, int] | None = None  # (from, to) of the last cut, for tests and info
@@ -152,6 +154,7 @@ class EpochHASlave(HASlave):
             reported = own
             last_report = time.monotonic()
             epoch_file = self.epoch_file
+            confirmed = self.confirm_offset
             while True:
                 if first:
                     data, first = first, b""
@@ -180,6 +183,9 @@ class EpochHASlave(HASlave):
                                 raise HAProtocolError(f"{exc}; this master's data is refused, the connection "
                                                       "dropped") from None
                         self.confirm_offset = min(t.confirm_offset, store.commit_log.max_offset)
+                    if self._on_confirm is not None and self.confirm_offset != confirmed:
+                        confirmed = self.confirm_offset
+                        self._on_confirm(confirmed)
                 own = store.commit_log.max_offset
                 now = time.monotonic()
                 if own != reported or now - last_report >= REPORT_INTERVAL_S:

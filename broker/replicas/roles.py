@@ -50,6 +50,7 @@ class BrokerRoles:
         credentials = (cfg.access_key, cfg.secret_key) if cfg.acl_enable and cfg.access_key else None
         self.epoch_slave = EpochHASlave(broker.store, None, epoch_file=self.epoch_file, broker_id=-1,
                                         async_learner=cfg.async_learner, on_unreconcilable=self._on_unreconcilable,
+                                        on_confirm=self._on_slave_confirm,
                                         credentials=credentials,
                                         ssl_context=outbound_context(cfg) if outbound_tls_enabled(cfg) else None)
 
@@ -83,6 +84,18 @@ class BrokerRoles:
         limited = (cfg.all_ack_in_sync_state_set and not cfg.read_un_committed and master is not None
                    and len(master.sync_state_set) > 1)
         b.store.visible_limit = confirm if limited else None
+        self._wake_held()
+
+    def _on_slave_confirm(self, confirm: int) -> None:
+        """A slave shows its consumers what its master confirmed (readUnCommitted: everything)."""
+        b = self.broker
+        if b.ha_slave is not self.epoch_slave:
+            return
+        b.store.visible_limit = None if b.config.read_un_committed else confirm
+        self._wake_held()
+
+    def _wake_held(self) -> None:
+        b = self.broker
         if self._held_arrivals:
             arrivals, self._held_arrivals = self._held_arrivals, {}
             pull = b.processors["pull"]
