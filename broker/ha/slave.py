@@ -81,6 +81,7 @@ class HASlave(BackgroundService):
                 return  # stopped or replaced while a cancellation was lost: never two replication loops
             await self._address_known.wait()
             address = self.master_address
+            delay = self._reconnect_delay()
             try:
                 await self._replicate(address)
             except asyncio.CancelledError:
@@ -91,11 +92,11 @@ class HASlave(BackgroundService):
                 _limited.error(("tls", address), "replication from %s: TLS failed: %s (tlsEnable / "
                                "tlsServerTrustCertPath)", address, getattr(exc, "reason", None) or exc)
             except (OSError, ConnectionError, ValueError, asyncio.TimeoutError) as exc:
-                log.info("replication connection to %s lost: %s; reconnecting in %.0f s", address, exc,
-                         RECONNECT_INTERVAL_S)
+                log.log(logging.INFO if delay >= RECONNECT_INTERVAL_S else logging.DEBUG,
+                        "replication connection to %s lost: %s; reconnecting in %.1f s", address, exc, delay)
             finally:
                 self.connected = False
-            await asyncio.sleep(self._reconnect_delay())
+            await asyncio.sleep(delay)
 
     async def _replicate(self, address: str) -> None:
         host, _, port = address.rpartition(":")

@@ -204,7 +204,8 @@ def truncation_point(own: list[EpochRecord], own_max: int, master: list[EpochRec
     caller does not truncate (this returns ``own_max``).
 
     Walk own epochs from newest to oldest; the first that the master also has *with the same start offset* ends at the
-    smaller of the two ends (own: next own start or ``own_max``; master's: next master start or ``master_max``)."""
+    smaller of the two ends (own: next own start or ``own_max``; master's: next master start or ``master_max``).
+    With no such epoch, two histories that begin at the same offset share exactly what lies before it."""
     if not own:
         return own_max
     master_ends = {}
@@ -217,4 +218,8 @@ def truncation_point(own: list[EpochRecord], own_max: int, master: list[EpochRec
             continue
         own_end = own[i + 1].start_offset if i + 1 < len(own) else own_max
         return min(own_end, master_end)
+    if master and own[0].start_offset == master[0].start_offset:
+        # no epoch in common, but both histories begin at the same offset: they diverge right there (e.g. a master
+        # elected before it had copied anything); the reference stops here and wants the replica wiped
+        return own[0].start_offset
     return None

@@ -260,3 +260,45 @@ async def test_classic_broker_refuses_epoch_cache(broker):
     async with await WireClient.connect(broker.addr) as client:
         resp = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE)
     assert resp.code == ResponseCode.SYSTEM_ERROR and "not in controller mode" in resp.remark
+
+
+async def test_roles_change_both_ways_without_restart(cluster_factory):
+    """A hung master (SIGSTOP past its heartbeat timeout) is replaced; resumed, the same process turns slave, copies
+    from the new master, and becomes master again when that one dies, taking sends (also delayed ones) each time."""
+    cluster = cluster_factory(2, broker_extra={"controllerHeartBeatTimeoutMills": 3000})
+    a_addr = await _form_group(cluster)
+    a = cluster.by_addr(a_addr)
+    b = next(x for x in cluster.brokers if x is not a)
+    await cluster.controller.past_grace(3.0)
+
+    async def send(addr: str, key: str, **extra: str):
+        async with await WireClient.connect(addr) as client:
+            return await client.request(RequestCode.SEND_MESSAGE_V2,
+                                        send_v2_fields(TOPIC, 0, props(UNIQ_KEY=key, **extra)), b"r" * 100)
+
+    assert (await send(a_addr, "R0")).code == ResponseCode.SUCCESS
+    await wait_until(lambda: _same_end(cluster, a_addr, b.addr), "b copied R0", timeout=30)
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        assert await wait_until(lambda: _other_master(cluster, a_addr), "b elected", timeout=30) == b.addr
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    assert (await send(b.addr, "R1")).code == ResponseCode.SUCCESS
+    await wait_until(lambda: _listed(cluster, a_addr), "a listed as a slave", timeout=30)
+    await wait_until(lambda: _same_end(cluster, a_addr, b.addr), "a copied b's log", timeout=30)
+    await wait_until(lambda: _count(cluster, 2), "a back in the SyncStateSet", timeout=30)
+    refused = await send(a_addr, "R-refused")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE  # a slave now, same process
+    assert a.proc.poll() is None
+    b.kill()
+    assert await wait_until(lambda: _other_master(cluster, b.addr), "a master again", timeout=30) == a_addr
+    assert (await send(a_addr, "R2")).code == ResponseCode.SUCCESS
+    assert (await send(a_addr, "R3", DELAY="1")).code == ResponseCode.SUCCESS  # delayed delivery runs again
+    await wait_until(lambda: _has(a_addr, {"R0", "R1", "R2", "R3"}), "every message readable on a", timeout=20)
+    cache = await cluster.epochs(a_addr)
+    assert [e.epoch for e in cache.epoch_list] == [1, 2, 3] and cache.broker_id == 0
+    assert "Traceback" not in a.log_text()
+
+
+async def _has(addr: str, keys: set[str]) -> bool:
+    return keys <= await drain_keys(addr, TOPIC)

@@ -96,7 +96,10 @@ def test_worked_example_of_the_reference():
 def test_same_epoch_other_start_does_not_match():
     own = [E(1, 0), E(2, 1000)]
     assert truncation_point(own, 1500, [E(1, 0), E(2, 900), E(3, 1100)], 2000) == 900  # epoch 1, ends min(1000, 900)
-    assert truncation_point(own, 1500, [E(5, 0)], 10) is None  # nothing in common
+    assert truncation_point(own, 1500, [E(5, 700)], 900) is None  # nothing in common: cannot be reconciled
+    # no common epoch but the same beginning: a master elected before it had copied anything; all of own diverges
+    assert truncation_point([E(1, 0)], 200, [E(2, 0)], 0) == 0
+    assert truncation_point([E(1, 4096), E(3, 5000)], 6000, [E(2, 4096)], 4500) == 4096
     assert truncation_point([], 777, [E(1, 0)], 10) == 777  # a fresh replica
 
 

@@ -162,8 +162,8 @@ async def test_no_common_epoch_refuses_to_replicate(tmp_path):
     await b.start()
     a_epochs = EpochFile(str(tmp_path / "a" / "e"))
     b_epochs = EpochFile(str(tmp_path / "b" / "e"))
-    b_epochs.append(5, 0)
     await _put(b, 3)
+    b_epochs.append(5, 100)  # its older files deleted: its history begins after ours, in another epoch
     a.config.replica = False
     a_epochs.append(1, 0)
     await _put(a, 3)
