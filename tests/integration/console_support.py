@@ -115,18 +115,24 @@ def chromium_paths() -> tuple[str, str]:
     return browser, driver
 
 
-def start_browser():
+def start_browser(scratch: "os.PathLike[str] | str"):
+    """Headless Chromium whose profile and temporary files live in ``scratch`` (a test's own directory), so that
+    nothing is left in /tmp when it quits."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     browser, driver = chromium_paths()
+    profile = os.path.join(scratch, "chromium-profile")
+    temp = os.path.join(scratch, "chromium-tmp")
+    os.makedirs(temp, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = browser
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
                 "--disable-gpu", "--no-first-run", "--disable-extensions", "--proxy-server=direct://",
-                "--proxy-bypass-list=*"):
+                "--proxy-bypass-list=*", f"--user-data-dir={profile}"):
         options.add_argument(arg)
-    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    service = Service(driver, env={**os.environ, "TMPDIR": temp})
+    chrome = webdriver.Chrome(service=service, options=options)
     chrome.set_page_load_timeout(30)
     chrome.set_script_timeout(30)
     return chrome

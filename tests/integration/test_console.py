@@ -40,8 +40,8 @@ def console_broker(broker_factory):
 
 
 @pytest.fixture
-def chrome():
-    browser = start_browser()
+def chrome(tmp_path_factory):
+    browser = start_browser(tmp_path_factory.mktemp("chromium"))
     yield browser
     browser.quit()
 
