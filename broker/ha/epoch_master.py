@@ -201,9 +201,12 @@ class EpochHAMaster(HAMaster):
         connection), or None when the set is right."""
         conns = self._connections()
         now = time.monotonic()
+        own = self.max_offset()
         keep = {self.local_id}
         for member in self.sync_state_set:
             conn = conns.get(member)
+            if conn is not None and conn.acked >= own:
+                conn.caught_up_at = now  # nothing left to send it
             if member == self.local_id or (conn is not None and now - conn.caught_up_at <= self.max_not_catchup_s):
                 keep.add(member)
         return keep if keep != self.sync_state_set else None

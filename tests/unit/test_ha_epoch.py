@@ -250,3 +250,47 @@ async def test_epoch_exchange_follows_the_acl_handshake(tmp_path):
         for c in stores:
             await c.shutdown()
         await b.shutdown()
+
+
+async def test_sync_state_set_grows_shrinks_and_acks(tmp_path):
+    """controller.md §7/§8 on a real pair: a caught-up slave is proposed for the set at once; a set member's acks
+    are what allAck and inSyncReplicas wait for; a member whose connection closes is proposed out at once, and one
+    behind for longer than haMaxTimeSlaveNotCatchup is dropped at the next check."""
+    b = open_store(tmp_path / "b")
+    c = open_store(tmp_path / "c", replica=True)
+    await b.start()
+    await c.start()
+    b_epochs = EpochFile(str(tmp_path / "b" / "e"))
+    b_epochs.append(1, 0)
+    await _put(b, 3)
+    proposals: list[set[int]] = []
+    master = EpochHAMaster(b.commit_log, "127.0.0.1", 0, epoch_file=b_epochs, local_id=1, all_ack=True,
+                           max_not_catchup_ms=300, on_expand=proposals.append)
+    b.add_arrival_listener(master.on_append)
+    await master.start()
+    slave = EpochHASlave(c, f"127.0.0.1:{master.port}", epoch_file=EpochFile(str(tmp_path / "c" / "e")), broker_id=2)
+    try:
+        slave.start()
+        await _until(lambda: proposals)
+        assert proposals[0] == {1, 2} and master.in_sync_count() == 2  # pending: the larger set counts
+        master.set_sync_state_set({1, 2}, 5)  # the controller's answer
+        ends = await _put(b, 2, 10)
+        assert await master.wait_for_in_sync(ends[-1], 5.0)
+        assert await master.wait_for_acks(ends[-1], 1, 5.0)
+        assert not await master.wait_for_acks(ends[-1], 2, 0.3)  # inSyncReplicas=3: only one slave here
+        assert master.confirm_offset() == ends[-1]
+        await asyncio.sleep(0.5)
+        assert master.check_sync_state_set() is None  # caught up (nothing left to send): stays
+        await slave.stop()
+        await _until(lambda: len(proposals) > 1)
+        assert proposals[-1] == {1}  # closed connection: out at once
+        master.proposal_failed()
+        more = await _put(b, 1, 20)
+        assert not await master.wait_for_in_sync(more[-1], 0.3)  # member 2 gone: allAck times out
+        assert master.confirm_offset() == ends[-1]  # a member without a connection keeps the last value
+        assert master.check_sync_state_set() == {1}
+    finally:
+        await slave.stop()
+        await master.stop()
+        await b.shutdown()
+        await c.shutdown()
