@@ -97,7 +97,18 @@ class ReplicasManager:
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._pending.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, (ControllerError, OSError, ConnectionError, asyncio.TimeoutError)):
+            _limited.info(("task", task.get_name()), "controller mode: %s: %s (the role sync tries again)",
+                          task.get_name(), exc)
+        elif exc is not None:
+            log.error("controller mode: %s failed", task.get_name(), exc_info=exc)
 
     async def _run(self) -> None:
         while not self.registered:

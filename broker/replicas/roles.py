@@ -174,7 +174,8 @@ class BrokerRoles:
                 log.warning("controller mode: told to be master in epoch %d, but the epoch file is at %d: ignored",
                             epoch, last.epoch)
                 return
-            self.epoch_file.set_last_epoch(epoch, store.commit_log.max_offset)
+            if last is None or last.epoch != epoch:  # the same epoch again (a quick restart): its start stays
+                self.epoch_file.set_last_epoch(epoch, store.commit_log.max_offset)
             store.config.replica = False
             if self.epoch_master is None:
                 self.epoch_master = EpochHAMaster(
