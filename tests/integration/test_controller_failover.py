@@ -297,7 +297,8 @@ async def test_roles_change_both_ways_without_restart(cluster_factory):
     await wait_until(lambda: _has(a_addr, {"R0", "R1", "R2", "R3"}), "every message readable on a", timeout=20)
     cache = await cluster.epochs(a_addr)
     assert [e.epoch for e in cache.epoch_list] == [1, 2, 3] and cache.broker_id == 0
-    assert "Traceback" not in a.log_text()
+    assert a.stop() == 0  # a clean shutdown of a controller-mode master
+    assert "Traceback" not in a.log_text() and " ERROR " not in a.log_text(), a.log_text()[-3000:]
 
 
 async def _has(addr: str, keys: set[str]) -> bool:
