@@ -37,6 +37,8 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_BROKER_CONFIG, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_PENDING_TRANSACTIONS,
+    # issue 28, broker side of controller mode: a replica's epochs, and role notices on the broker's own port
+    RequestCode.GET_BROKER_EPOCH_CACHE, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })
 
 # Controller-mode codes (issue 28): with ACL on, a controller (standalone or in a name server) answers only an admin

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from broker.log_limit import RateLimitedLog
 from broker.namesrv.outbound import OutboundConnection, next_opaque
+from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.controller import GetMetaDataResponseHeader
@@ -42,7 +43,9 @@ class _Connection(OutboundConnection):
 
 class ControllerLink:
     def __init__(self, addrs: list[str], *, on_request: Callable[[RemotingCommand], None] | None = None,
-                 max_frame_size: int = 16 * 1024 * 1024, ssl_context=None) -> None:
+                 max_frame_size: int = 16 * 1024 * 1024, ssl_context=None,
+                 credentials: tuple[str, str] | None = None) -> None:
+        self.credentials = credentials  # (accessKey, secretKey): sign every request, for controllers with ACL on
         self.addrs = list(addrs)
         self.connections = {a: _Connection(a, on_request, connect_timeout=1.0, max_frame_size=max_frame_size,
                                            ssl_context=ssl_context) for a in self.addrs}
@@ -53,6 +56,13 @@ class ControllerLink:
         for c in [*self.connections.values(), *self._extra.values()]:
             c.close()
 
+    def _request(self, code: int, header: dict[str, str], body: bytes = b"", *, oneway: bool = False) -> RemotingCommand:
+        fields = dict(header)
+        if self.credentials is not None:
+            fields[ACCESS_KEY] = self.credentials[0]
+            fields[SIGNATURE] = sign(self.credentials[1], fields, body)
+        return RemotingCommand.request(code, fields, body, opaque=next_opaque(), oneway=oneway)
+
     async def find_leader(self) -> str | None:
         """Ask the controllers who leads (1005). A configured controller that answers isLeader is used through its
         own connection (the one its heartbeats take: a controller treats that connection closing as the broker
@@ -60,8 +70,8 @@ class ControllerLink:
         named = None
         for addr, conn in self.connections.items():
             try:
-                response = await conn.invoke(RemotingCommand.request(
-                    RequestCode.CONTROLLER_GET_METADATA_INFO, {}, opaque=next_opaque()), REQUEST_TIMEOUT_S)
+                response = await conn.invoke(self._request(RequestCode.CONTROLLER_GET_METADATA_INFO, {}),
+                                             REQUEST_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
                 _limited.info(("meta", addr), "controller %s unreachable: %s", addr, exc or type(exc).__name__)
                 continue
@@ -98,8 +108,7 @@ class ControllerLink:
                 raise ControllerError(f"no active controller among {';'.join(self.addrs)}")
             conn = self._connection(leader)
             try:
-                response = await conn.invoke(RemotingCommand.request(code, header, body, opaque=next_opaque()),
-                                             timeout)
+                response = await conn.invoke(self._request(code, header, body), timeout)
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:
                 self.leader = None  # never closed here: a controller takes its connection closing for a dead broker
                 if attempt:
@@ -117,7 +126,7 @@ class ControllerLink:
         for addr in list(self.connections):
             conn = self.connections[addr]
             try:
-                await conn.invoke_oneway(RemotingCommand.request(code, header, opaque=next_opaque(), oneway=True))
+                await conn.invoke_oneway(self._request(code, header, oneway=True))
                 sent += 1
             except (OSError, asyncio.TimeoutError, ConnectionError, ValueError):
                 pass  # unreachable now: the next heartbeat connects again

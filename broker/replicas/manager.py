@@ -65,7 +65,9 @@ class ReplicasManager:
         self.roles = roles
         self.offsets = offsets
         self.link = ControllerLink(config.controller_addrs, on_request=self.on_controller_request,
-                                   max_frame_size=config.frame_max_length, ssl_context=ssl_context)
+                                   max_frame_size=config.frame_max_length, ssl_context=ssl_context,
+                                   credentials=(config.access_key, config.secret_key)
+                                   if config.access_key and config.secret_key else None)
         self.broker_id = -1  # the controller id, once known
         self.master_epoch = 0  # the epoch this broker last acted on
         self.master_id: int | None = None

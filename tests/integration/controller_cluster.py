@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from conftest import PROJECT_ROOT, BrokerProcess, free_port
+from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.bodies import ClusterInfo
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, EpochEntryCache, ReplicasInfo
@@ -90,8 +91,14 @@ class FailoverCluster:
     """``replicas`` brokers of one group; ``brokers[i]`` keeps its store across restarts (``restart(i)``)."""
 
     def __init__(self, workdir: Path, replicas: int = 3, broker_extra: dict[str, object] | None = None,
-                 controller_extra: dict[str, object] | None = None) -> None:
+                 controller_extra: dict[str, object] | None = None, acl_yaml: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.credentials = credentials  # signs the helpers' requests to the controller and brokers (ACL on)
+        if acl_yaml is not None:  # the default aclFile of the controller and of each broker: beside its .conf
+            for d in [workdir / "controller"] + [workdir / f"replica{i}" for i in range(replicas)]:
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "plain_acl.yml").write_text(acl_yaml)
         self.namesrv = NamesrvProcess()
         self.controller = ControllerProcess(workdir / "controller", controller_extra).start()
         self.brokers: list[BrokerProcess] = []
@@ -124,9 +131,17 @@ class FailoverCluster:
     async def master_addr(self) -> str | None:
         return (await self.routes()).get(0)
 
+    def signed(self, fields: dict[str, str], body: bytes = b"") -> dict[str, str]:
+        fields = dict(fields)
+        if self.credentials is not None:
+            fields[ACCESS_KEY] = self.credentials[0]
+            fields[SIGNATURE] = sign(self.credentials[1], fields, body)
+        return fields
+
     async def replicas_info(self) -> ReplicasInfo | None:
+        body = json.dumps([GROUP]).encode()
         async with await WireClient.connect(self.controller.addr) as client:
-            resp = await client.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, json.dumps([GROUP]).encode())
+            resp = await client.request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, self.signed({}, body), body)
         if resp.code != ResponseCode.SUCCESS or not resp.body:
             return None
         return BrokerReplicasInfo.decode(resp.body).replicas_info_table.get(GROUP)
@@ -137,7 +152,7 @@ class FailoverCluster:
 
     async def epochs(self, addr: str) -> EpochEntryCache:
         async with await WireClient.connect(addr) as client:
-            resp = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE)
+            resp = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE, self.signed({}))
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         return EpochEntryCache.decode(resp.body)
 

@@ -41,7 +41,7 @@ async def _topic_known(addr: str) -> bool:
     return resp.code != ResponseCode.TOPIC_NOT_EXIST
 
 
-async def _form_group(cluster: FailoverCluster) -> str:
+async def _form_group(cluster: FailoverCluster, create: bool = True) -> str:
     """Start replica 0 first (the first election takes the requester), then the others; wait for the full set."""
     cluster.brokers[0].start()
     first = await wait_until(cluster.master_addr, "a master in the routes", timeout=30)
@@ -50,7 +50,8 @@ async def _form_group(cluster: FailoverCluster) -> str:
         b.start()
     want = len(cluster.brokers)
     await wait_until(lambda: _count(cluster, want), f"{want} replicas in the SyncStateSet", timeout=40)
-    await create_topic(first, TOPIC, 2)
+    if create:
+        await create_topic(first, TOPIC, 2)
     return first
 
 
@@ -303,3 +304,44 @@ async def test_roles_change_both_ways_without_restart(cluster_factory):
 
 async def _has(addr: str, keys: set[str]) -> bool:
     return keys <= await drain_keys(addr, TOPIC)
+
+
+ACL = """accounts:
+  - accessKey: ctl_admin01
+    secretKey: ctl-admin-secret
+    admin: true
+  - accessKey: app_key01
+    secretKey: app-secret-01
+    defaultTopicPerm: PUB|SUB
+"""
+
+
+async def test_acl_controller_mode_signs_and_refuses_strangers(cluster_factory):
+    """With aclEnable on the controller and the brokers, brokers sign their controller requests with their admin
+    account (and authenticate the HA link with it): the group forms. A broker whose account is not an admin one is
+    refused by the controller and stays fenced; GET_BROKER_EPOCH_CACHE and role notices need an admin signature."""
+    admin = ("ctl_admin01", "ctl-admin-secret")
+    cluster = cluster_factory(2, controller_extra={"aclEnable": "true"}, acl_yaml=ACL, credentials=admin,
+                              broker_extra={"aclEnable": "true", "accessKey": admin[0], "secretKey": admin[1]})
+    master = await _form_group(cluster, create=False)  # registered, elected, the slave joined through the HA link
+    cache = await cluster.epochs(master)
+    assert [e.epoch for e in cache.epoch_list] == [1]
+    async with await WireClient.connect(master) as client:
+        unsigned = await client.request(RequestCode.GET_BROKER_EPOCH_CACHE)
+        assert unsigned.code != ResponseCode.SUCCESS
+    # a broker with a non-admin account cannot get an id or register
+    stranger_dir = cluster.workdir / "stranger"
+    stranger_dir.mkdir()
+    (stranger_dir / "plain_acl.yml").write_text(ACL)
+    from conftest import BrokerProcess
+
+    stranger = BrokerProcess(stranger_dir, "broker-f", embedded_namesrv=False, namesrv_addr=cluster.namesrv.addr,
+                             extra={"brokerClusterName": "FailCluster", "enableControllerMode": "true",
+                                    "controllerAddr": cluster.controller.addr, "aclEnable": "true",
+                                    "accessKey": "app_key01", "secretKey": "app-secret-01"})
+    cluster.brokers.append(stranger)
+    stranger.start()
+    await asyncio.sleep(3.0)
+    assert stranger.addr not in (await cluster.routes()).values()
+    assert not (stranger.store_dir / "brokerIdentity").exists()
+    assert len(await cluster.in_sync_ids()) == 2
