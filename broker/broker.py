@@ -197,10 +197,9 @@ class Broker:
             self.store.commit_log, config.listen_host, config.ha_port, max_connections=config.ha_max_connections,
             admin_secret=admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None,
             ssl_context=self.ssl_context if self.tls.mode == "enforcing" else None) if config.is_master else None
-        if config.enable_controller_mode:  # issue 28: the controller decides; the role objects are replicas/roles.py's
-            self.ha_master = None
-        self.ha_slave = None if config.is_master or config.enable_controller_mode else HASlave(self.store, config.ha_master_address,
-                                                              credentials=credentials, ssl_context=outbound_ssl)
+        # issue 28, controller mode: starts as a fenced SLAVE; its HA objects are replicas/roles.py's
+        self.ha_slave = None if config.is_master or config.enable_controller_mode else HASlave(
+            self.store, config.ha_master_address, credentials=credentials, ssl_context=outbound_ssl)
         self.metadata_sync = None if config.is_master else MetadataSync(
             topics=self.topic_config_manager, groups=self.subscription_group_manager,
             offsets=self.consumer_offset_manager,
