@@ -106,6 +106,15 @@ async def test_replication_page_shows_the_group_and_follows_a_failover(cluster, 
         assert rows == [f"1 {first.addr} slave no no", f"2 {second.addr} master yes yes"], rows
         epochs = [row.text.split()[0] for row in chrome.find_elements(By.CSS_SELECTOR, "#rep-epochs tbody tr")]
         assert epochs == ["1", "2"] and "Replication" in text
+
+        # no controller: the page still answers with what this broker knows, and says why the group is missing
+        cluster.controller.stop()
+        alone = await _replication(second.console)
+        assert alone["group"] is None and "no controller answered" in alone["controllerProblem"], alone
+        assert alone["local"]["role"] == "SYNC_MASTER" and alone["local"]["actedMasterEpoch"] == 2
+        chrome.get("about:blank")
+        open_page(chrome, second.console, "/replication")
+        assert "no controller answered" in value("rep-problem") and value("rep-role") == "SYNC_MASTER"
     finally:
         chrome.quit()
 
