@@ -70,7 +70,7 @@ class ReplicationView:
         problem: str | None = None
         try:
             info = await asyncio.wait_for(parts.group_state(), CONTROLLER_TIMEOUT_S)
-        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:  # ControllerError is a ConnectionError
+        except (ConnectionError, OSError, TimeoutError) as exc:  # ControllerError is a ConnectionError
             info, problem = None, f"no controller answered: {exc or type(exc).__name__}"
         if info is not None:
             master = info.master_broker_id

@@ -10,11 +10,12 @@ import asyncio
 import pytest
 from conftest import free_port
 
+from protocol.codes import RequestCode, ResponseCode
+
 from .console_support import http, open_page, start_browser
 from .controller_cluster import FailoverCluster
 from .test_acl_broker import write_acl
 from .wire import WireClient, create_topic, props, send_v2_fields, wait_until
-from protocol.codes import RequestCode, ResponseCode
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ async def test_replication_page_shows_the_group_and_follows_a_failover(cluster, 
     chrome = start_browser(tmp_path_factory.mktemp("chromium"))  # a short path: Chromium's socket lives there
     try:
         text = open_page(chrome, second.console, "/replication")
-        value = lambda element_id: chrome.find_element(By.ID, element_id).text  # noqa: E731
+        value = lambda element_id: chrome.find_element(By.ID, element_id).text
         assert (value("rep-epoch"), value("rep-sync-set"), value("rep-role")) == ("2", "{2}", "SYNC_MASTER")
         assert value("rep-master") == f"2 ({second.addr})" and value("rep-own-id") == "2"
         rows = [row.text for row in chrome.find_elements(By.CSS_SELECTOR, "#rep-replicas tbody tr")]
