@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import free_port
+from conftest import BrokerProcess, free_port
 
 from protocol.codes import RequestCode, ResponseCode
 
@@ -137,3 +137,27 @@ async def test_a_classic_broker_says_controller_mode_is_off_and_only_admins_see_
     assert status == 200, answer
     assert answer["controllerMode"] is False and answer["role"] == "ASYNC_MASTER"
     assert answer["slaves"] == [] and answer["master"] is None and answer["maxOffset"] >= 0
+
+
+async def test_a_classic_pair_shows_the_masters_slaves_and_the_slaves_master(broker_factory, tmp_path):
+    ha_port, master_port, slave_port = free_port(), free_port(), free_port()
+    common = {"brokerClusterName": "ClassicCluster"}
+    master = broker_factory("broker-c", embedded_namesrv=False,
+                            extra={**common, "haListenPort": ha_port, "dashboardPort": master_port})
+    (tmp_path / "slave").mkdir()
+    slave = BrokerProcess(tmp_path / "slave", "broker-c", embedded_namesrv=False,
+                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1, "dashboardPort": slave_port,
+                                 "haMasterAddress": f"127.0.0.1:{ha_port}"}).start()
+    try:
+        seen = await wait_until(lambda: _state_where(f"http://127.0.0.1:{master_port}", lambda a: a["slaves"]),
+                                "the slave's HA connection on the master's page", timeout=20)
+        assert seen["controllerMode"] is False and seen["role"] == "ASYNC_MASTER" and seen["master"] is None
+        assert len(seen["slaves"]) == 1 and seen["slaves"][0]["address"].startswith("127.0.0.1:")
+        follower = await wait_until(lambda: _state_where(f"http://127.0.0.1:{slave_port}",
+                                                         lambda a: a["master"]["connected"]),
+                                    "the slave connected to its master", timeout=20)
+        assert follower["role"] == "SLAVE" and follower["slaves"] == []
+        assert follower["master"]["haAddress"] == f"127.0.0.1:{ha_port}"
+    finally:
+        slave.stop()
+    assert master.proc.poll() is None
