@@ -383,6 +383,7 @@ class Broker:
         port = DEFAULT_DASHBOARD_PORT if cfg.dashboard_port is None else cfg.dashboard_port
         if port == 0:
             return
+        from broker.console.replication import ClassicParts, ControllerParts, ReplicationView
         from broker.console.server import ConsoleServer
         from broker.console.throttle import SignInThrottle, ThrottlePolicy
         from broker.console.views import BrokerFacts, ConsoleViews
@@ -390,8 +391,14 @@ class Broker:
         facts = BrokerFacts(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, cfg.broker_addr, cfg.broker_role,
                             cfg.store_path_root_dir, cfg.flush_disk_type, self.processors["admin"].runtime_info,
                             self.namesrv.route_info if self.namesrv is not None else None)
+        if self.replicas is not None:  # issue 28: the group as the controller sees it, and this replica's own log
+            parts: Any = ControllerParts(self.replicas.group_state, self.replicas.local_state, self.roles.local_state)
+        else:
+            parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
+                                 lambda: self.store.commit_log.max_offset)
         views = ConsoleViews(self.store, self.topic_config_manager, self.subscription_group_manager,
-                             self.consumer_offset_manager, self.consumer_manager, self.dispatch_table, facts)
+                             self.consumer_offset_manager, self.consumer_manager, self.dispatch_table, facts,
+                             ReplicationView(cfg.broker_cluster_name, cfg.broker_name, parts))
         lock_s = float(cfg.dashboard_sign_in_lock_seconds)
         max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
         sign_in = SignInThrottle(

@@ -122,6 +122,7 @@ class ConsoleServer:
         r.add_post("/api/logout", self._logout)
         r.add_get("/api/overview", self._overview)
         r.add_get("/api/rates", self._rates)
+        r.add_get("/api/replication", self._replication)
         r.add_get("/api/topics", self._topics)
         r.add_post("/api/topics", self._save_topic)
         r.add_get("/api/topics/{topic}", self._topic)
@@ -254,6 +255,12 @@ class ConsoleServer:
     async def _rates(self, request: web.Request) -> web.Response:
         self._viewer(request).require_admin("the broker-wide message rates (GET_BROKER_RUNTIME_INFO's figures)")
         return web.json_response({"intervalSeconds": self.history.interval_s, "points": self.history.broker_rates()})
+
+    async def _replication(self, request: web.Request) -> web.Response:
+        viewer = self._viewer(request)
+        if self.views.replication is None:
+            raise ConsoleError(404, "this broker does not report its replication")
+        return web.json_response(await self.views.replication.state(viewer))
 
     # ---- topics ---------------------------------------------------------------------------------
     async def _topics(self, request: web.Request) -> web.Response:

@@ -117,7 +117,7 @@ class ConsoleViews:
     the broker's request handlers (`dispatch_table`)."""
 
     def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, consumers: Any,
-                 dispatch_table: dict[int, Any], facts: BrokerFacts) -> None:
+                 dispatch_table: dict[int, Any], facts: BrokerFacts, replication: Any = None) -> None:
         self.store = store
         self.topics = topics
         self.groups = groups
@@ -125,6 +125,7 @@ class ConsoleViews:
         self.consumers = consumers
         self.dispatch_table = dispatch_table
         self.facts = facts
+        self.replication = replication  # broker/console/replication.py's ReplicationView (None: no such page)
         self.own_topics = (facts.cluster, facts.name)
 
     # ---- helpers --------------------------------------------------------------------------------

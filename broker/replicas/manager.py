@@ -12,6 +12,7 @@ writes and it is not registered with the name servers (the broker object starts 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -35,6 +36,7 @@ from protocol.controller import (
     AlterSyncStateSetResponseHeader,
     ApplyBrokerIdRequestHeader,
     BrokerHeartbeatRequestHeader,
+    BrokerReplicasInfo,
     ElectMasterRequestHeader,
     ElectMasterResponseHeader,
     GetNextBrokerIdRequestHeader,
@@ -44,6 +46,7 @@ from protocol.controller import (
     NotifyBrokerRoleChangedRequestHeader,
     RegisterBrokerToControllerRequestHeader,
     RegisterBrokerToControllerResponseHeader,
+    ReplicasInfo,
     SyncStateSet,
     ElectMasterResponseBody,
 )
@@ -315,6 +318,26 @@ class ReplicasManager:
         ha = getattr(self.roles, "epoch_master", None)
         if ha is not None:
             ha.set_sync_state_set(self.sync_state_set, epoch)
+
+    # ---- what the web console shows (issue 28) ------------------------------------------------------------------
+    async def group_state(self) -> ReplicasInfo | None:
+        """This group as the active controller knows it (CONTROLLER_GET_SYNC_STATE_DATA, 1006): replicas with
+        address, alive and in/not in sync, master, masterEpoch, syncStateSetEpoch; None when it knows no such group.
+        ControllerError when no controller answers."""
+        body = json.dumps([self.config.broker_name]).encode()
+        response = await self.link.invoke_leader(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, body)
+        if response.code != ResponseCode.SUCCESS:
+            raise ControllerError(f"GET_SYNC_STATE_DATA: code {response.code} {response.remark or ''}")
+        table = BrokerReplicasInfo.decode(response.body).replicas_info_table if response.body else {}
+        return table.get(self.config.broker_name)
+
+    def local_state(self) -> dict[str, Any]:
+        """What this broker itself acted on: its controller id, registration, the master and epochs it follows."""
+        return {"controllerId": self.broker_id if self.broker_id > 0 else None, "registered": self.registered,
+                "activeController": self.link.leader, "controllerAddrs": list(self.link.addrs),
+                "actedMasterEpoch": self.master_epoch, "masterBrokerId": self.master_id,
+                "masterAddress": self.master_addr, "syncStateSet": sorted(self.sync_state_set),
+                "syncStateSetEpoch": self.sync_state_set_epoch, "identityProblem": self.identity_problem}
 
     # ---- role changes (§6) --------------------------------------------------------------------------------------
     async def apply_role(self, master_id: int, master_addr: str | None, epoch: int, members: set[int] | None,

@@ -70,6 +70,15 @@ class BrokerRoles:
             confirm = self.epoch_slave.confirm_offset if self.epoch_slave.confirm_offset >= 0 else max_offset
         return self.epoch_file.last_epoch, max_offset, confirm
 
+    def local_state(self) -> dict[str, Any]:
+        """This replica's own log for the web console: role, max/confirm offsets and its epochs (the epoch file, as
+        GET_BROKER_EPOCH_CACHE gives it)."""
+        epoch, max_offset, confirm = self.offsets()
+        return {"role": self.broker.config.broker_role, "maxOffset": max_offset, "confirmOffset": confirm,
+                "lastEpoch": epoch, "unreconcilable": self.unreconcilable,
+                "epochs": [{"epoch": e, "startOffset": start, "endOffset": end}
+                           for e, start, end in self.epoch_file.with_ends(max_offset)]}
+
     # ---- confirmOffset: what consumers may see (controller.md §7) ----------------------------------------------
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, _tags: Any = None) -> None:
         if self.broker.store.visible_limit is not None:

@@ -429,6 +429,47 @@ function bindLogin() {
   });
 }
 
+// The group's replicas, master, epoch and SyncStateSet (controller mode) or the HA links (classic master/slave).
+async function replicationPage() {
+  const r = await api("replication");
+  const yes = (v) => (v ? "yes" : "no");
+  let html = `<h1>Replication</h1>`;
+  if (!r.controllerMode) {
+    html += cards([["Broker", r.brokerName], ["Role", r.role, "rep-role"], ["Controller mode", "off", "rep-mode"],
+      ["Max offset", num(r.maxOffset)]]);
+    if (r.master) {
+      html += `<h2>Master</h2>` + cards([["HA address", r.master.haAddress || "not known yet", "rep-ha-master"],
+        ["Connected", yes(r.master.connected)], ["Master's max offset", num(r.master.masterMaxOffset)]]);
+    }
+    if (r.role !== "SLAVE") {
+      html += `<h2>Slaves</h2>` + table([{ label: "HA connection", key: "address" },
+        { label: "Acknowledged offset", value: (s) => num(s.ackedOffset), num: true },
+        { label: "Behind (bytes)", value: (s) => num(s.behindBytes), num: true }], r.slaves, "No slave connected.",
+        "rep-slaves");
+    }
+    return html;
+  }
+  const l = r.local, g = r.group;
+  html += cards([["Broker", r.brokerName], ["Controller id", l.controllerId === null ? "–" : l.controllerId, "rep-own-id"],
+    ["Role", l.role, "rep-role"], ["Controller mode", "on", "rep-mode"],
+    ["Master epoch", g ? g.masterEpoch : "–", "rep-epoch"],
+    ["Master", g && g.masterBrokerId ? `${g.masterBrokerId} (${g.masterAddress || "?"})` : "none", "rep-master"],
+    ["SyncStateSet", g ? `{${g.syncStateSet.join(", ")}}` : "–", "rep-sync-set"],
+    ["SyncStateSet epoch", g ? g.syncStateSetEpoch : "–", "rep-set-epoch"],
+    ["Max offset", num(l.maxOffset), "rep-max"], ["Confirm offset", num(l.confirmOffset), "rep-confirm"]]);
+  if (r.controllerProblem) html += `<p class="flash error" id="rep-problem">${esc(r.controllerProblem)}</p>`;
+  html += `<h2>Replicas (as the controller ${esc(l.activeController || "")} knows them)</h2>` +
+    table([{ label: "Id", key: "brokerId", num: true }, { label: "Address", key: "address" },
+      { label: "Role", value: (x) => (x.master ? "master" : "slave") },
+      { label: "Alive", value: (x) => yes(x.alive) }, { label: "In SyncStateSet", value: (x) => yes(x.inSync) }],
+    g ? g.replicas : [], "Nothing known.", "rep-replicas");
+  html += `<h2>This broker's epochs</h2>` + table([{ label: "Epoch", key: "epoch", num: true },
+    { label: "Start offset", value: (e) => num(e.startOffset), num: true },
+    { label: "End offset", value: (e) => num(e.endOffset), num: true }], l.epochs, "No epoch yet.", "rep-epochs");
+  if (l.unreconcilable) html += `<p class="flash error">${esc(l.unreconcilable)}</p>`;
+  return html;
+}
+
 // ---- router -------------------------------------------------------------------------------------
 async function loadSession() {
   session = await api("session");
@@ -468,6 +509,7 @@ async function route() {
       case "messages": html = await messagesPage(params); break;
       case "message": html = await messagePage(parts[1]); break;
       case "dlq": html = await dlqPage(parts[1]); break;
+      case "replication": html = await replicationPage(); break;
       case "login": html = loginPage(); break;
       default: html = `<h1>Not found</h1><p><a href="#/">Back to the overview</a></p>`;
     }
