@@ -345,3 +345,36 @@ async def test_acl_controller_mode_signs_and_refuses_strangers(cluster_factory):
     assert stranger.addr not in (await cluster.routes()).values()
     assert not (stranger.store_dir / "brokerIdentity").exists()
     assert len(await cluster.in_sync_ids()) == 2
+
+
+async def test_mqadmin_elect_master_moves_the_master_and_keeps_every_ack(cluster_factory):
+    """`mqadmin electMaster` names an in-sync replica: it becomes master while a producer runs, the old master
+    follows it as a slave, and every acknowledged message is on the new master (allAckInSyncStateSet)."""
+    cluster = cluster_factory(2, broker_extra={"allAckInSyncStateSet": "true"})
+    old = await _form_group(cluster)
+    routes = await cluster.routes()
+    [(slave_id, chosen)] = [(i, a) for i, a in routes.items() if i > 0]
+    await wait_until(lambda: _topic_known(chosen), f"topic copied to {chosen}", timeout=30)
+    producer = FollowingProducer(cluster, TOPIC)
+    task = asyncio.create_task(producer.run())
+    try:
+        await wait_until(lambda: _gt(len(producer.acked), 200), "200 acknowledged sends", timeout=60)
+        moved_at = time.monotonic()
+        elected = await asyncio.to_thread(mqadmin, None, "electMaster", "-a", cluster.controller.addr, "-c",
+                                          "FailCluster", "-bn", "broker-f", "-b", str(slave_id), "--json")
+        assert elected.returncode == 0, elected.stderr
+        assert await wait_until(lambda: _other_master(cluster, old), "the chosen replica as master",
+                                timeout=30) == chosen
+        await wait_until(lambda: _gt(producer.first_ack_after(moved_at, old) or 0, 0), "an ack from the new master",
+                         timeout=30)
+        count = len(producer.acked)
+        await wait_until(lambda: _gt(len(producer.acked), count + 100), "100 more acks", timeout=30)
+    finally:
+        producer.stopping = True
+        await task
+    assert (await _listed(cluster, old)) is not None or \
+        await wait_until(lambda: _listed(cluster, old), "the old master listed as a slave", timeout=30)
+    stored = await drain_keys(chosen, TOPIC)
+    missing = set(producer.acked) - stored
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    assert [e.epoch for e in (await cluster.epochs(chosen)).epoch_list] == [1, 2]
