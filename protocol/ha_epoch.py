@@ -120,7 +120,7 @@ class ReportReader:
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, data: bytes) -> list[int]:
+    def feed_all(self, data: bytes) -> list[int]:
         buf = self._buf + data
         whole = len(buf) - len(buf) % REPORT_SIZE
         self._buf = buf[whole:]

@@ -69,37 +69,24 @@ class _EpochSlaveConnection(_SlaveConnection):
         finally:
             master.slave_gone(self)
 
-    async def _read_reports(self) -> None:
-        reports = ReportReader()
+    def _report_reader(self) -> Any:
+        return ReportReader()  # controller mode's 12-byte reports (state, offset)
+
+    def _started(self, offset: int) -> None:
         master: EpochHAMaster = self.master  # type: ignore[assignment]
-        data = self.first_data
-        while True:
-            if not data:
-                try:
-                    data = await asyncio.wait_for(self.reader.read(4096), HOUSEKEEPING_INTERVAL_S)
-                except asyncio.TimeoutError:
-                    raise ConnectionError(f"no report for {HOUSEKEEPING_INTERVAL_S:.0f} s") from None
-                if not data:
-                    raise ConnectionError("closed by the slave")
-            self.last_read = time.monotonic()
-            offsets = reports.feed(data)
-            data = b""
-            for offset in offsets:
-                if not self.requested.done():
-                    self.requested.set_result(offset)
-                    master.slaves.add(self)
-                    _limited.info(("connected", _host(self.addr)), "slave %s (broker id %d%s) connected, "
-                                  "replicating from offset %d", self.addr, self.slave_id,
-                                  ", asyncLearner" if self.async_learner else "", offset)
-                    self.acked = offset
-                    master.slave_acked(self, offset)
-                    continue
-                own = master.max_offset()
-                if offset > own:
-                    raise HAProtocolError(f"slave {self.slave_id} reports offset {offset}, beyond this master's end "
-                                          f"{own}")
-                self.acked = offset
-                master.slave_acked(self, offset)
+        master.slaves.add(self)
+        _limited.info(("connected", _host(self.addr)), "slave %s (broker id %d%s) connected, replicating from "
+                      "offset %d", self.addr, self.slave_id, ", asyncLearner" if self.async_learner else "", offset)
+        self.acked = offset
+        master.slave_acked(self, offset)
+
+    def _acknowledged(self, offset: int) -> None:
+        master: EpochHAMaster = self.master  # type: ignore[assignment]
+        own = master.max_offset()
+        if offset > own:
+            raise HAProtocolError(f"slave {self.slave_id} reports offset {offset}, beyond this master's end {own}")
+        self.acked = offset
+        master.slave_acked(self, offset)
 
     def note_caught_up(self, ack: int) -> None:
         own = self.master.max_offset()

@@ -94,9 +94,13 @@ class _SlaveConnection:
             await asyncio.gather(*tasks, return_exceptions=True)
             self.master.slaves.discard(self)
 
+    def _report_reader(self) -> Any:
+        """The reader of this link's offset reports (``feed_all(data) -> [offset, ...]``)."""
+        return ReportReader()
+
     async def _read_reports(self) -> None:
-        reports = ReportReader()
-        master = self.master
+        """Every offset the slave reports: the first says where to start streaming, the others acknowledge."""
+        reports = self._report_reader()
         data = self.first_data
         while True:
             if not data:
@@ -112,18 +116,24 @@ class _SlaveConnection:
             for offset in offsets:
                 if not self.requested.done():
                     self.requested.set_result(offset)
-                    master.slaves.add(self)  # a slave (SYNC_MASTER counts it) once it said where to start
-                    _limited.info(("connected", _host(self.addr)), "slave %s connected, replicating from offset %d",
-                                  self.addr, offset)
+                    self._started(offset)
                     continue
-                own = master.max_offset()
-                if offset > own:
-                    raise HAProtocolError(
-                        f"the slave reports offset {offset}, beyond this master's end {own}: its log is ahead "
-                        "(this master lost data it had replicated); rebuild the slave's store or let this "
-                        "master's log grow past it")
-                self.acked = offset
-                master.acknowledged(offset)
+                self._acknowledged(offset)
+
+    def _started(self, offset: int) -> None:
+        self.master.slaves.add(self)  # a slave (SYNC_MASTER counts it) once it said where to start
+        _limited.info(("connected", _host(self.addr)), "slave %s connected, replicating from offset %d",
+                      self.addr, offset)
+
+    def _acknowledged(self, offset: int) -> None:
+        own = self.master.max_offset()
+        if offset > own:
+            raise HAProtocolError(
+                f"the slave reports offset {offset}, beyond this master's end {own}: its log is ahead "
+                "(this master lost data it had replicated); rebuild the slave's store or let this "
+                "master's log grow past it")
+        self.acked = offset
+        self.master.acknowledged(offset)
 
     async def _drain(self) -> None:
         try:

@@ -66,9 +66,9 @@ def test_master_hello_refuses_a_classic_frame():
 def test_reports_and_transfers():
     reader = ReportReader()
     data = encode_report(5) + encode_report(9)
-    assert reader.feed(data[:7]) == [] and reader.feed(data[7:]) == [5, 9]
+    assert reader.feed_all(data[:7]) == [] and reader.feed_all(data[7:]) == [5, 9]
     with pytest.raises(HAProtocolError):
-        ReportReader().feed(bytes(8) + bytes(4))  # classic reports: state 0
+        ReportReader().feed_all(bytes(8) + bytes(4))  # classic reports: state 0
     frames = TransferReader()
     stream = encode_transfer_header(100, 3, 4, 90, 95) + b"abc" + encode_transfer_header(103, 0, 4, 90, 103)
     out = frames.feed(stream[:40]) + frames.feed(stream[40:])
