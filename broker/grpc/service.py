@@ -40,6 +40,39 @@ log = logging.getLogger(__name__)
 MAX_BODY_SIZE = 4 * 1024 * 1024
 MAX_USER_PROPERTIES = 128
 CLIENT_ALIVE_MS = 120_000  # a client silent this long (no heartbeat, settings or receive) is gone
+CLIENT_FORGET_S = 3600.0  # ... and this long: its entries (settings, last call) are dropped
+
+
+class ClientTable:
+    """Client id -> when it was last heard from, and its last Settings. SDKs that exit without
+    NotifyClientTermination (a crash, kill -9) leave entries behind: a client silent for ``forget_s`` is forgotten
+    in sweeps amortized over the calls (a sweep when the table has doubled), so the table holds the recent clients,
+    not every client ever seen."""
+
+    def __init__(self, forget_s: float = CLIENT_FORGET_S, clock: Any = time.monotonic) -> None:
+        self.forget_s = forget_s
+        self.clock = clock
+        self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
+        self.settings: dict[str, pb.Settings] = {}  # client id -> its last Settings
+        self._sweep_at = 1024
+
+    def seen(self, client_id: str) -> None:
+        now = self.clock()
+        self.last_seen[client_id] = now
+        if len(self.last_seen) >= self._sweep_at:
+            self._forget_silent(now)
+
+    def forget(self, client_id: str) -> pb.Settings | None:
+        """Drop a client that ended its session; its settings, if it had sent any."""
+        self.last_seen.pop(client_id, None)
+        return self.settings.pop(client_id, None)
+
+    def _forget_silent(self, now: float) -> None:
+        silent = [client_id for client_id, seen in self.last_seen.items() if now - seen >= self.forget_s]
+        for client_id in silent:  # in place: the service and its consumer RPCs share these dicts
+            del self.last_seen[client_id]
+            self.settings.pop(client_id, None)
+        self._sweep_at = max(1024, 2 * len(self.last_seen))
 
 
 def _client_id(context: Any) -> str:
@@ -62,10 +95,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: "Broker", grpc_port: int) -> None:
         self.broker = broker
         self.grpc_port = grpc_port
-        self.settings: dict[str, pb.Settings] = {}  # client id -> its last Settings
+        self.clients = ClientTable()
+        self.settings = self.clients.settings  # client id -> its last Settings
         self.streams = TelemetryStreams()  # open Telemetry streams: where server-initiated commands go
         self.transactions = GrpcTransactions(broker, self.streams)
-        self.last_seen: dict[str, float] = {}  # client id -> monotonic time of its last call
+        self.last_seen = self.clients.last_seen  # client id -> monotonic time of its last call
         self.send_limits = SendLimits(broker.config)  # properties per message (issue 27), as on remoting
         broker.pop_service.client_alive = self.client_alive
         self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
@@ -77,7 +111,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """The caller's client id, noting that it is alive."""
         client_id = _client_id(context)
         if client_id:
-            self.last_seen[client_id] = time.monotonic()
+            self.clients.seen(client_id)
         return client_id
 
     def client_alive(self, client_id: str) -> bool:
@@ -146,7 +180,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 settings = self._merged(command.settings)
                 if client_id:
                     self.settings[client_id] = settings
-                    self.last_seen[client_id] = time.monotonic()
+                    self.clients.seen(client_id)
                 stream.publishing(settings)
                 yield spb.TelemetryCommand(status=status(pb.OK), settings=settings)
         finally:
@@ -206,10 +240,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.NotifyClientTerminationResponse(status=refused)
         client_id = _client_id(context)
         self.access.release(client_id)
-        self.last_seen.pop(client_id, None)
+        settings = self.clients.forget(client_id)
         if client_id:
             self.broker.pop_service.release_client(client_id)  # its auto-renewed deliveries come back soon
-        if self.settings.pop(client_id, None) is None:
+        if settings is None:
             return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                                      "cannot find client settings for this client"))
         return spb.NotifyClientTerminationResponse(status=status(pb.OK))
