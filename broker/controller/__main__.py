@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
-from broker.controller import advertised_address, make_controller
+from broker.controller.build import advertised_address, make_controller
 from broker.controller.backend import BackendError
 from broker.controller.config import CONTROLLER_KEYS, DEFAULT_LISTEN_PORT, ControllerConfig
 from broker.errors import ConfigError

@@ -84,7 +84,7 @@ class NameServer:
         await self._server.start()
         self.port = self._server.port
         if self.controller_config is not None:
-            from broker.controller import advertised_address, make_controller
+            from broker.controller.build import advertised_address, make_controller
 
             controller = make_controller(self.controller_config,
                                          advertised_address(self.advertise_host or self.host, self.port))
