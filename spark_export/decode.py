@@ -40,6 +40,7 @@ class DecodeOptions:
     topics: frozenset[str] | None = None
     schema: pa.Schema = MESSAGES_ARROW  # the columns to produce (a user-given schema prunes the work)
     rows: Any = None  # a spark_export.pushdown.Pushdown: records outside its header ranges are not decoded
+    broker: str = ""  # the `broker` column: the brokerName the records were read from
 
 
 _WANTED = {"TAGS": "tags", "KEYS": "keys", "UNIQ_KEY": "uniq_key", "RETRY_TOPIC": "retry_topic",
@@ -83,7 +84,7 @@ def decode_messages(buf: np.ndarray, base: int, records: Records, options: Decod
                 topics = topics.take(pa.array(idx))
     n = len(rec)
     p, sysflag = rec.pos, rec.sysflag
-    head = record_headers(buf, p) if wanted & _FROM_HEADER else None
+    head = record_headers(buf, p) if wanted & _FROM_HEADER or base < 0 else None
     compressed = (sysflag & _COMPRESSED) != 0
     v4 = rec.ipv4_only
     columns: dict[str, pa.Array] = {}
@@ -110,9 +111,10 @@ def decode_messages(buf: np.ndarray, base: int, records: Records, options: Decod
 
     makers = {
         "topic": lambda: topics,
+        "broker": lambda: pa.repeat(pa.scalar(options.broker, pa.string()), n),
         "queue_id": lambda: _int32(head["queue_id"]),
         "queue_offset": lambda: _int64(head["queue_offset"]),
-        "commitlog_offset": lambda: pa.array(base + p),
+        "commitlog_offset": lambda: pa.array(base + p if base >= 0 else head["physical_offset"].astype(np.int64)),
         "size": lambda: _int32(rec.size),
         "magic": lambda: _int32(head["magic"]),
         "body_length": lambda: _int32(rec.body_len),
@@ -143,7 +145,7 @@ def _rows_kept(buf: np.ndarray, base: int, rec: Records, push) -> np.ndarray | N
     if push.queue_offset.bounded:
         keep &= push.queue_offset.mask(head["queue_offset"].astype(np.int64))
     if push.commitlog_offset.bounded:
-        keep &= push.commitlog_offset.mask(base + rec.pos)
+        keep &= push.commitlog_offset.mask(base + rec.pos if base >= 0 else head["physical_offset"].astype(np.int64))
     if push.store_timestamp_ms.bounded and rec.ipv4_only:  # other layouts: Spark's own filter does it
         keep &= push.store_timestamp_ms.mask(head["v4_store_timestamp"].astype(np.int64))
     return None if keep.all() else keep

@@ -64,7 +64,8 @@ def check_record(buf, base, p, out, k):
     """True if a complete, self-consistent record starts at p; its lengths then go to out[:, k].
 
     Self-consistent: the magic code, its own global offset (base + p) in PHYSICALOFFSET, and body, topic and
-    properties lengths that add up to TOTALSIZE inside the buffer.
+    properties lengths that add up to TOTALSIZE inside the buffer. base < 0: the buffer is not a slice of a
+    commit-log file (records a broker returned to a pull), so PHYSICALOFFSET is not checked against the position.
     """
     n = len(buf)
     if p < 0 or p + MIN_RECORD_SIZE > n:
@@ -75,7 +76,7 @@ def check_record(buf, base, p, out, k):
     if magic != _MAGIC_V1 and magic != _MAGIC_V2:
         return False
     size = _be(buf, p, 4)
-    if size < MIN_RECORD_SIZE or p + size > n or _be64(buf, p + 28) != base + p:
+    if size < MIN_RECORD_SIZE or p + size > n or (base >= 0 and _be64(buf, p + 28) != base + p):
         return False
     sysflag = _be(buf, p + 36, 4)
     hosts = (20 if sysflag & _BORN_V6 else 8) + (20 if sysflag & _STORE_V6 else 8)

@@ -22,6 +22,7 @@ _MAP = pa.map_(pa.string(), pa.string())
 # pulled out (absent in many records) can be null.
 MESSAGES_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("topic", "string NOT NULL", pa.string()),
+    ("broker", "string NOT NULL", pa.string()),  # the brokerName (replicas of one broker share it)
     ("queue_id", "int NOT NULL", pa.int32()),
     ("queue_offset", "long NOT NULL", pa.int64()),
     ("commitlog_offset", "long NOT NULL", pa.int64()),
