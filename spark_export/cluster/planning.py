@@ -15,7 +15,7 @@ from protocol.codes import RequestCode
 from spark_export.cluster.options import EARLIEST, LATEST, ClusterOptions
 from spark_export.cluster.remote import ClusterClient, ClusterReadError, QueueRef
 
-__all__ = ["Homes", "Offsets", "resolve_starts", "resolve_ends", "latest_offsets", "to_json", "from_json",
+__all__ = ["Homes", "Offsets", "resolve_starts", "resolve_ends", "starts_past_end", "latest_offsets", "to_json", "from_json",
            "limit_rows", "split_ranges", "Range"]
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,9 @@ async def resolve_starts(client: ClusterClient, homes: Homes, options: ClusterOp
     return dict(sorted(starts.items()))
 
 
-async def resolve_ends(client: ClusterClient, homes: Homes, options: ClusterOptions) -> Offsets:
+def resolve_ends(latest: Offsets, homes: Homes, options: ClusterOptions) -> Offsets:
     """Where a batch read ends (exclusive): endingOffsets JSON entries, the latest offset for the others."""
-    latest = await latest_offsets(client, homes)
+    latest = dict(latest)
     spec = options.ending_offsets
     if isinstance(spec, dict):
         for topic, brokers in spec.items():
@@ -88,6 +88,19 @@ async def resolve_ends(client: ClusterClient, homes: Homes, options: ClusterOpti
                     if offset != LATEST:
                         latest[ref] = offset
     return latest
+
+
+def starts_past_end(starts: Offsets, latest: Offsets, options: ClusterOptions) -> Offsets:
+    """Starts beyond a queue's end (a JSON offset past what the broker holds) are data loss: an error naming the
+    queue, or (failOnDataLoss=false) a warning and nothing read from that queue."""
+    for queue, start in starts.items():
+        top = latest.get(queue)
+        if top is not None and start > top:
+            text = f"rocketmq: data loss in {queue}: the read starts at offset {start} but the queue ends at {top}"
+            if options.fail_on_data_loss:
+                raise ClusterReadError(text + "; option failOnDataLoss=false skips it")
+            log.warning("%s; skipped", text)
+    return starts
 
 
 def to_json(offsets: Mapping[QueueRef, int]) -> dict:

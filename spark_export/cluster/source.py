@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from spark_export.cluster.options import ClusterOptions
 from spark_export.cluster.planning import (Homes, Offsets, from_json, latest_offsets, limit_rows, resolve_ends,
-                                           resolve_starts, split_ranges, to_json)
+                                           resolve_starts, split_ranges, starts_past_end, to_json)
 from spark_export.cluster.pull_reader import read_range
 from spark_export.cluster.remote import ClusterClient, ClusterReadError, QueueRef
 
@@ -68,7 +68,9 @@ class ClusterBatchReader(DataSourceReader):
         with ClusterClient(self.options) as client:
             homes = client.run(client.queues(self.options.topics))
             starts = client.run(resolve_starts(client, homes, self.options, "earliest"))
-            ends = client.run(resolve_ends(client, homes, self.options))
+            latest = client.run(latest_offsets(client, homes))
+        starts_past_end(starts, latest, self.options)
+        ends = resolve_ends(latest, homes, self.options)
         parts = _partitions(split_ranges(starts, ends, self.options.min_partitions), homes)
         return parts or [InputPartition(None)]
 
