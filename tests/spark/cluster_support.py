@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -68,6 +69,13 @@ def number(sent: Sent) -> int:
 def multiset(rows: Iterable[Any]) -> Counter:
     """(topic, broker, queue_id, queue_offset, body) of Rows or Sent records, counted."""
     return Counter((r.topic, r.broker, r.queue_id, r.queue_offset, bytes(r.body)) for r in rows)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class NamesrvProcess:
@@ -331,7 +339,7 @@ def batch_counts(topic_index: int, broker: str) -> dict[int, int]:
     return {q: 9 + 4 * q + 3 * topic_index + (5 if broker == "broker-b" else 0) for q in range(QUEUES)}
 
 
-def start_net_cluster(workdir: Path, broker_cls: type, free_port: Callable[[], int]) -> NetCluster:
+def start_net_cluster(workdir: Path, broker_cls: type) -> NetCluster:
     """Start and populate the two-group cluster; returns once the slave has caught up."""
     namesrv = NamesrvProcess(free_port())
     started: list[Any] = []

@@ -72,7 +72,7 @@ def net_cluster(tmp_path_factory):
     """Name server + broker-a (master and slave) + broker-b, populated; the slave has caught up."""
     from cluster_support import start_net_cluster
 
-    cluster = start_net_cluster(tmp_path_factory.mktemp("net-cluster"), BrokerProcess, _root.free_port)
+    cluster = start_net_cluster(tmp_path_factory.mktemp("net-cluster"), BrokerProcess)
     yield cluster
     cluster.stop()
 
