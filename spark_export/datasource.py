@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from spark_export.cluster.options import ClusterOptions, is_network_read
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
 from spark_export.index_files import lookup_offsets
 from spark_export.pushdown import Pushdown, collect_filters, pushdown_requested, read_filter_mask
@@ -107,12 +108,18 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> str:
+        if is_network_read(self.options):
+            return _network_ddl(self.options)
         options = ReadOptions.parse(self.options)
         if options.columns:
             return _columns_ddl(options.table, options.columns)
         return ddl_for(options.table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_network_read(self.options):
+            from spark_export.cluster.source import ClusterBatchReader
+
+            return ClusterBatchReader(ClusterOptions.parse(self.options), _requested_arrow_schema("messages", schema))
         options = ReadOptions.parse(self.options)
         arrow_schema = _requested_arrow_schema(options.table, schema)
         if pushdown_requested(options.pushdown):
@@ -120,10 +127,23 @@ class RocketMQDataSource(DataSource):
         return RocketMQReader(options, arrow_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if is_network_read(self.options):
+            from spark_export.cluster.source import ClusterStreamReader
+
+            return ClusterStreamReader(ClusterOptions.parse(self.options), _requested_arrow_schema("messages", schema))
         options = ReadOptions.parse(self.options)
         if options.table != "messages":
             raise ValueError("rocketmq streaming reads the messages table only")
         return RocketMQStreamReader(options, _requested_arrow_schema(options.table, schema))
+
+
+def _network_ddl(raw_options) -> str:
+    """Network mode reads the messages table (option `columns` prunes it)."""
+    table = str({str(k).lower(): v for k, v in dict(raw_options).items()}.get("table") or "messages").lower()
+    if table != "messages":
+        raise ValueError(f"rocketmq: network mode (option nameServer) reads the messages table, not {table!r}")
+    options = ClusterOptions.parse(raw_options)
+    return _columns_ddl("messages", options.columns) if options.columns else ddl_for("messages")
 
 
 def _columns_ddl(table: str, columns: tuple[str, ...]) -> str:

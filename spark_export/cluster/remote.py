@@ -1,0 +1,198 @@
+"""The remoting requests a cluster read sends: routes from the name server, queue offsets and pulls from brokers.
+
+Spark calls a reader from plain threads (planning on the driver, read() on executors), so this is a blocking facade:
+each ClusterClient owns a private event loop and runs the project's asyncio remoting client on it; requests to many
+queues go out together (one round trip for a whole cluster's offsets). Addresses are tried master first, then the
+slaves of the same brokerName: replicas hold the same queue offsets, so a read can change replica mid-range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from client.credentials import Credentials
+from client.errors import MQBrokerError, RemotingError
+from client.instance import NameServerClient
+from client.remoting import RemotingClient, tls_context
+from client.route import TopicRoute
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from spark_export.cluster.options import ClusterOptions
+
+__all__ = ["ClusterClient", "ClusterReadError", "QueueRef", "PullReply", "queue_homes"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_PERM_READ = 4
+_PULL_FLAG_SUBSCRIPTION = 0x4  # send the subscription with the pull; never commit (0x1), never suspend (0x2)
+_UNAVAILABLE = {ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE}
+
+
+class ClusterReadError(RuntimeError):
+    """A read cannot go on; the message is one line a user can act on (it starts with 'rocketmq:')."""
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class QueueRef:
+    """A message queue: queue ids restart at 0 on every brokerName."""
+
+    topic: str
+    broker: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker}/{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class PullReply:
+    code: int
+    body: bytes | None
+    next_begin: int
+    min_offset: int
+    max_offset: int
+    suggested: int
+    addr: str
+    remark: str | None
+
+
+def _int(value: object, default: int = 0) -> int:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+
+
+def queue_homes(route: TopicRoute, topic: str) -> dict[QueueRef, tuple[str, ...]]:
+    """Readable queues of a topic and, for each, its brokerName's addresses: the master (id 0) first, then the
+    slaves by id."""
+    homes: dict[QueueRef, tuple[str, ...]] = {}
+    for queue_data in route.queues:
+        if not queue_data.perm & _PERM_READ:
+            continue
+        broker = route.broker(queue_data.broker_name)
+        addrs = tuple(addr for _, addr in sorted(broker.addrs.items())) if broker is not None else ()
+        for queue_id in range(queue_data.read_queue_nums):
+            homes[QueueRef(topic, queue_data.broker_name, queue_id)] = addrs
+    return homes
+
+
+class ClusterClient:
+    """Blocking access to one cluster for one reader (driver or executor task). Close it (or use `with`)."""
+
+    def __init__(self, options: ClusterOptions) -> None:
+        self.options = options
+        credentials = (Credentials(options.access_key, options.secret_key, options.security_token)
+                       if options.access_key and options.secret_key else None)
+        ssl_context = (tls_context(True, options.tls_trust_cert_path, options.tls_cert_path, options.tls_key_path)
+                       if options.tls else None)
+        self.timeout = options.pull_timeout_ms / 1000
+        self.loop = asyncio.new_event_loop()
+        self.name_servers = NameServerClient(options.name_servers, min(self.timeout, 5.0), credentials, ssl_context)
+        self.brokers = RemotingClient(credentials=credentials, ssl_context=ssl_context, allow_msgpack=False,
+                                      connect_timeout=min(self.timeout, 3.0))
+
+    def __enter__(self) -> "ClusterClient":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            self.loop.run_until_complete(self._close())
+        finally:
+            self.loop.close()
+
+    async def _close(self) -> None:
+        await self.name_servers.close()
+        await self.brokers.close()
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run one coroutine on this client's loop (from the thread that owns the client)."""
+        return self.loop.run_until_complete(coro)
+
+    # ----------------------------------------------------------------------------------------- name server
+    async def route(self, topic: str) -> TopicRoute:
+        try:
+            return await self.name_servers.get_route(topic)
+        except MQBrokerError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise ClusterReadError(f"rocketmq: topic {topic!r} is unknown to the name server "
+                                       f"{self.options.name_servers} ({exc.remark or 'no route'})") from None
+            raise ClusterReadError(f"rocketmq: the name server refused the route of {topic!r}: "
+                                   f"{exc.remark} (code {exc.code})") from None
+        except RemotingError as exc:
+            reason = str(exc).rpartition("]: ")[2] or str(exc)
+            raise ClusterReadError(f"rocketmq: no name server reachable at {self.options.name_servers} ({reason})") from None
+
+    async def queues(self, topics: Iterable[str]) -> dict[QueueRef, tuple[str, ...]]:
+        """Every readable queue of the topics, with its replicas' addresses."""
+        homes: dict[QueueRef, tuple[str, ...]] = {}
+        for topic, route in zip(topics, await asyncio.gather(*(self.route(t) for t in topics))):
+            homes.update(queue_homes(route, topic))
+        return dict(sorted(homes.items()))
+
+    # ----------------------------------------------------------------------------------------- brokers
+    async def _first_answer(self, queue: QueueRef, addrs: tuple[str, ...], what: str,
+                            make: Callable[[], RemotingCommand]) -> tuple[RemotingCommand, str]:
+        """The first replica that answers (master first). An error answer other than 'busy' is final."""
+        if not addrs:
+            raise ClusterReadError(f"rocketmq: no address known for broker {queue.broker!r} ({what} of {queue})")
+        problems = []
+        for addr in addrs:
+            try:
+                reply = await self.brokers.invoke(addr, make(), self.timeout)
+            except RemotingError as exc:
+                problems.append(f"{addr}: {exc}")
+                continue
+            if reply.code in _UNAVAILABLE:
+                problems.append(f"{addr}: {reply.remark or 'busy'} (code {reply.code})")
+                continue
+            return reply, addr
+        raise ClusterReadError(f"rocketmq: no replica of broker {queue.broker!r} answered {what} of {queue}: "
+                               + "; ".join(problems))
+
+    async def queue_offset(self, queue: QueueRef, addrs: tuple[str, ...], code: int,
+                           timestamp_ms: int | None = None) -> int:
+        """GET_MIN_OFFSET / GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP of one queue."""
+        what = {RequestCode.GET_MIN_OFFSET: "the min offset", RequestCode.GET_MAX_OFFSET: "the max offset",
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: "the offset at a timestamp"}[code]
+
+        def make() -> RemotingCommand:
+            fields: dict[str, object] = {"topic": queue.topic, "queueId": str(queue.queue_id), "bname": queue.broker}
+            if code == RequestCode.GET_MAX_OFFSET:
+                fields["committed"] = "true"
+            if timestamp_ms is not None:
+                fields["timestamp"] = str(timestamp_ms)
+                fields["boundaryType"] = "LOWER"
+            return RemotingCommand(code=code, ext_fields=fields)
+
+        reply, addr = await self._first_answer(queue, addrs, what, make)
+        if reply.code != ResponseCode.SUCCESS:
+            raise ClusterReadError(f"rocketmq: broker {queue.broker!r} ({addr}) refused {what} of {queue}: "
+                                   f"{reply.remark} (code {reply.code})")
+        return _int((reply.ext_fields or {}).get("offset"), 0)
+
+    async def pull(self, queue: QueueRef, addr: str, offset: int, max_nums: int) -> PullReply:
+        """One PULL_MESSAGE from one replica (transport errors are raised: the caller picks another replica)."""
+        opts = self.options
+        fields = {
+            "consumerGroup": opts.consumer_group, "topic": queue.topic, "queueId": str(queue.queue_id),
+            "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(_PULL_FLAG_SUBSCRIPTION),
+            "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": opts.sub_expression,
+            "subVersion": "0", "expressionType": "TAG", "bname": queue.broker,
+        }
+        reply = await self.brokers.invoke(addr, RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields),
+                                          self.timeout)
+        hdr = reply.ext_fields or {}
+        return PullReply(reply.code, reply.body, _int(hdr.get("nextBeginOffset"), offset), _int(hdr.get("minOffset")),
+                         _int(hdr.get("maxOffset")), _int(hdr.get("suggestWhichBrokerId")), addr, reply.remark)
