@@ -48,10 +48,11 @@ def rows_of(df, *extra: str) -> list:
 def reason(exc: BaseException) -> str:
     """The one-line reason the spec asks for: the first line of the error text containing 'rocketmq:'."""
     text = str(exc)
-    for line in text.splitlines():
-        if "rocketmq:" in line:
-            return line[line.index("rocketmq:"):]
-    raise AssertionError(f"no 'rocketmq:' line in the error:\n{text[-3000:]}")
+    # the exception's own line ("pkg.SomeError: rocketmq: ..."), not a source line quoted by the traceback
+    found = re.search(r"^[\w.]+: (rocketmq: .*)$", text, re.MULTILINE)
+    if found is None:
+        raise AssertionError(f"no 'SomeError: rocketmq: ...' line in the error:\n{text[-3000:]}")
+    return found.group(1)
 
 
 def in_range(sent: list[Sent], start: dict[tuple[str, int], int], end: dict[tuple[str, int], int]) -> list[Sent]:
