@@ -16,11 +16,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from cluster_support import (
     ACL_READER, ACL_TOPIC, BATCH_TOPICS, GROUPS, KILL_TOPIC, LOSS_TOPIC, QUEUES, STREAM_TOPIC, Sent, free_port,
     multiset, route,
 )
+from integration.wire import WireClient
+
+from protocol.codes import RequestCode as RC
+from protocol.codes import ResponseCode as R
 
 KEY_COLUMNS = ("topic", "broker", "queue_id", "queue_offset", "body")
 
@@ -307,6 +310,23 @@ def test_stream_offsets_in_the_checkpoint_name_topic_broker_and_queue(spark, net
     offsets = json.loads(last.read_text().splitlines()[-1])
     ends = net_cluster.max_offsets("NetAudit")
     assert offsets == {"NetAudit": {b: {str(q): ends[(b, q)] for q in range(QUEUES)} for b in GROUPS}}
+
+
+def test_reads_commit_nothing_to_the_brokers(net_cluster):
+    """Offsets live in Spark's checkpoint only: the source's consumer group has no offset on any queue read above."""
+    async def committed() -> dict:
+        found = {}
+        for broker, master in net_cluster.masters.items():
+            async with await WireClient.connect(master.addr) as client:
+                for topic in (*BATCH_TOPICS, STREAM_TOPIC):
+                    for q in range(QUEUES):
+                        resp = await client.request(RC.QUERY_CONSUMER_OFFSET, {
+                            "consumerGroup": "spark-rocketmq-source", "topic": topic, "queueId": str(q),
+                            "setZeroIfNotFound": "false"})
+                        if resp.code != R.QUERY_NOT_FOUND:
+                            found[(topic, broker, q)] = (resp.code, resp.ext_fields.get("offset"))
+        return found
+    assert asyncio.run(committed()) == {}
 
 
 # ---- a master killed mid-read (these run last: they kill and restart broker-a's master) ----------------------------
