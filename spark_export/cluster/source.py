@@ -87,6 +87,7 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: ClusterClient | None = None
         self._homes: Homes = {}
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past these
+        self._latest: Offsets | None = None  # what the brokers had at the last trigger (progress reports)
 
     def __getstate__(self) -> dict:
         """Executors get the options and schema only (a client holds sockets and an event loop)."""
@@ -128,6 +129,7 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_json(start) if start is not None else from_json(self.initialOffset())
         homes = self._refresh()
         latest = self.client.run(latest_offsets(self.client, homes, tolerate=True))
+        self._latest = latest
         for queue, top in latest.items():
             if top < begin.get(queue, 0):
                 self._behind(queue, begin[queue], top)
@@ -137,6 +139,10 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if limit is not None:
             max_rows = limit.max_rows if ReadMaxRows is not None and isinstance(limit, ReadMaxRows) else None
         return to_json(limit_rows(begin, latest, max_rows))
+
+    def reportLatestOffset(self) -> dict | None:
+        """The brokers' ends at the last trigger: Spark's progress shows them beside the batch's end."""
+        return to_json(self._latest) if self._latest is not None else None
 
     def _behind(self, queue: QueueRef, start: int, top: int) -> None:
         """The checkpoint is past the broker's end (an unclean failover lost messages): offsets will be reused."""
