@@ -64,3 +64,34 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+# ---- network mode (issue 29): real clusters on loopback; see cluster_support.py ---------------------------------
+@pytest.fixture(scope="session")
+def net_cluster(tmp_path_factory):
+    """Name server + broker-a (master and slave) + broker-b, populated; the slave has caught up."""
+    from cluster_support import start_net_cluster
+
+    cluster = start_net_cluster(tmp_path_factory.mktemp("net-cluster"), BrokerProcess)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def net_acl_broker(tmp_path_factory):
+    """A broker with plain ACL on (aclEnable=true) and a populated topic only the reader account may read."""
+    from cluster_support import start_acl_broker
+
+    acl = start_acl_broker(tmp_path_factory.mktemp("net-acl"), BrokerProcess)
+    yield acl
+    acl.broker.stop()
+
+
+@pytest.fixture(scope="session")
+def net_retention_broker(tmp_path_factory):
+    """A broker whose old commit-log files were deleted: a queue whose minOffset is above 0."""
+    from cluster_support import start_retention_broker
+
+    loss = start_retention_broker(tmp_path_factory.mktemp("net-loss"), BrokerProcess)
+    yield loss
+    loss.broker.stop()
