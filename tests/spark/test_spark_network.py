@@ -180,9 +180,6 @@ def test_small_pulls_read_the_same_rows(spark, net_cluster):
 
 
 # ---- data loss --------------------------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="batch planning drops a range whose start is past the broker's max offset "
-                   "without the data-loss check (spec: an error naming topic, broker, queue and range); "
-                   "remove this mark once ClusterBatchReader.partitions checks starts against the latest offsets")
 def test_a_start_beyond_the_brokers_max_offset_is_data_loss(spark, net_cluster):
     ends = net_cluster.max_offsets("NetAudit")
     beyond = ends[("broker-b", 2)] + 50
