@@ -18,10 +18,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from spark_export import pushdown as _pushdown
 from spark_export.cluster.options import ClusterOptions, is_network_read
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
 from spark_export.index_files import lookup_offsets
-from spark_export.pushdown import Pushdown, collect_filters, pushdown_requested, read_filter_mask
+from spark_export.pushdown import Pushdown, collect_filters, read_filter_mask, reader_takes_filters
 from spark_export.records import DEFAULT_BATCH_ROWS, ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for
 from spark_export.store import (
@@ -122,7 +123,7 @@ class RocketMQDataSource(DataSource):
             return ClusterBatchReader(ClusterOptions.parse(self.options), _requested_arrow_schema("messages", schema))
         options = ReadOptions.parse(self.options)
         arrow_schema = _requested_arrow_schema(options.table, schema)
-        if pushdown_requested(options.pushdown):
+        if reader_takes_filters(options.pushdown):
             return RocketMQFilteringReader(options, arrow_schema)
         return RocketMQReader(options, arrow_schema)
 
@@ -234,11 +235,16 @@ def _exactly(batches: Iterator[pa.RecordBatch], handled: list) -> Iterator[pa.Re
 
 
 class RocketMQFilteringReader(RocketMQReader):
-    """The reader when the session pushes filters (spark.sql.python.filterPushdown.enabled=true)."""
+    """The reader when the session pushes filters (spark.sql.python.filterPushdown.enabled=true) on a Spark that
+    keeps a pushed read with its scan (spark_export.pushdown.pushed_reads_stay_with_their_scan). The rule it
+    follows: the filters it takes decide what partitions() and read() return, so it takes none where Spark could
+    hand this read to another scan."""
 
     def pushFilters(self, filters):
         """Take the filters the reader can apply exactly (they also narrow what is read); return the others,
-        which Spark applies."""
+        which Spark applies. Where Spark shares a pushed read between scans: take none, change nothing."""
+        if not _pushdown.pushed_reads_stay_with_their_scan():
+            return list(filters)
         push, handled, rest = collect_filters(list(filters), self.options.table, self.arrow_schema.names)
         self.push = push
         self.handled = tuple(handled)

@@ -146,8 +146,9 @@ def build_session(master: str | None, app_name: str = "rocketmq-spark-export", *
     # Spark >= 4.1 talks to its Python workers over Unix domain sockets when asked: each Python task (and so
     # each rocketmq read) starts ~30 ms sooner than over loopback TCP. Older Spark ignores the key.
     builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
-    # Let the rocketmq source skip what a query's filters exclude (the data source still returns a superset and
-    # Spark applies every filter itself).
+    # Let the rocketmq source skip what a query's filters exclude, on a Spark that keeps a pushed read with its scan
+    # (none released yet: elsewhere the source takes no filter and Spark applies them all; see README, "Filter
+    # pushdown").
     builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
     spark = builder.getOrCreate()
     shipped = spark.sparkContext.getConf().get("spark.submit.pyFiles", "") or ""

@@ -1,9 +1,19 @@
 """Filters Spark pushes into the `rocketmq` source (DataSourceReader.pushFilters), and what they let a read skip.
 
-A query's filters are read into a :class:`Pushdown` (sets and inclusive ranges per column). The filters the reader
-takes narrow what is read, and the reader applies each of them exactly to the rows it returns (Spark trusts a
-pushed filter: it neither applies it again nor reuses the read for another query); the others are left to Spark.
-So a pushed query returns exactly the rows the same query returns unpushed. What a read can skip:
+When a reader may take filters at all (:func:`pushed_reads_stay_with_their_scan`): Spark plans the read (partitions
+and read function) in the same Python call that pushes the filters, and Spark 4.1-4.3 keep that read on the
+*relation* (PythonScanBuilder.pushFilters -> PythonDataSourceV2.setReadInfo), i.e. on every DataFrame derived from
+one ``load()``. Every later scan of the relation that pushes no filter Python can take (no filter; only ORs or
+functions; pushdown switched off meanwhile) reuses it, and so does every scan of a query that scans the relation
+twice (a union, a self-join: the last scan to push wins). No information reaches read() that tells those scans
+apart, and Spark reuses the read whatever pushFilters returned (returning every filter as unsupported does not
+help). So on those versions a reader must not narrow its read: it does not override pushFilters, and narrowing
+comes only from the options (``topics``), which belong to the relation and so hold for all its scans.
+
+Where a Spark keeps the read with the scan that pushed, a query's filters are read into a :class:`Pushdown` (sets
+and inclusive ranges per column). The filters the reader takes narrow what is read, and the reader applies each of
+them exactly to the rows it returns (Spark trusts a pushed filter and does not apply it again); the others are
+left to Spark. So a pushed query returns exactly the rows the same query returns unpushed. What a read can skip:
 
 * ``topic = / IN``: the topic's consume queues say where its records are; only those records are read.
 * ``queue_id`` (= / IN / range), ``queue_offset`` and ``commitlog_offset`` ranges, ``tags =``: consume-queue
@@ -23,11 +33,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["Bounds", "Pushdown", "collect_filters", "read_filter_mask", "pushdown_requested", "java_string_hash"]
+__all__ = ["Bounds", "Pushdown", "collect_filters", "read_filter_mask", "pushdown_requested", "reader_takes_filters",
+           "pushed_reads_stay_with_their_scan", "SCAN_SCOPED_READS_SINCE", "java_string_hash"]
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 _INT_COLUMNS = ("queue_id", "queue_offset", "commitlog_offset")
 _SET_COLUMNS = {"topic": "topics", "tags": "tags", "keys": "keys", "uniq_key": "uniq_keys"}
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+# The first Spark (major, minor) checked to keep the read planned by filter pushdown with the scan that pushed the
+# filters (tests/spark/test_spark_pushdown_reuse.py passes there with narrowing on). None: no released Spark does:
+# 4.1-4.3 keep it on the relation. (apache/spark master keeps it in PythonScanBuilder since its limit-pushdown
+# change, SPARK-58551, meant for 5.0.0: set this once a release is checked.)
+SCAN_SCOPED_READS_SINCE: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +225,42 @@ def read_filter_mask(batch: Any, filters: list) -> Any:
     return mask
 
 
+def pushed_reads_stay_with_their_scan(version: str | None = None) -> bool:
+    """Whether this Spark (its pyspark, which runs the planning worker: `version` or pyspark.__version__) keeps a
+    pushed read with its scan, so that narrowing a read by the filters of one query cannot answer another."""
+    if SCAN_SCOPED_READS_SINCE is None:
+        return False
+    if version is None:
+        import pyspark
+
+        version = pyspark.__version__
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "0")
+    except (IndexError, ValueError):
+        return False  # an unknown version: not checked, so not trusted
+    return (major, minor) >= SCAN_SCOPED_READS_SINCE
+
+
+def reader_takes_filters(option: str) -> bool:
+    """Whether the reader for this read takes Spark's filters (a RocketMQFilteringReader). Never on a Spark that
+    shares a pushed read between scans (see the module doc): there pushdown=true is refused with one clear error,
+    and auto gives the plain reader, whose filters Spark applies."""
+    value = (option or "auto").lower()
+    if value in _FALSE:
+        return False
+    if not pushed_reads_stay_with_their_scan():
+        if value in _TRUE:
+            import pyspark
+
+            raise ValueError(
+                f"rocketmq: option pushdown=true is refused on Spark {pyspark.__version__}: it reuses the read "
+                "planned for one query's filters in the DataFrame's other queries (wrong answers); leave the "
+                "option unset, and narrow the table itself with option topics")
+        return False
+    return pushdown_requested(value)
+
+
 def pushdown_requested(option: str) -> bool:
     """Whether the reader should take filters: option pushdown=true/false, or auto (the default): when the session
     allows it (spark.sql.python.filterPushdown.enabled). Spark refuses a reader that takes filters while that
@@ -214,9 +269,9 @@ def pushdown_requested(option: str) -> bool:
     off, plan_data_source_read, which holds the setting in a local variable. `auto` looks at the caller to tell
     (no pushdown when it cannot)."""
     value = (option or "auto").lower()
-    if value in ("true", "1", "yes", "on"):
+    if value in _TRUE:
         return True
-    if value in ("false", "0", "no", "off"):
+    if value in _FALSE:
         return False
     frame = sys._getframe(1)
     for _ in range(8):
