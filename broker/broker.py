@@ -19,6 +19,7 @@ from typing import Any
 from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
+from broker.managers.broker_name_file import write_broker_name
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
@@ -319,6 +320,8 @@ class Broker:
         await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
         await self._start_console()
         await self._start_grpc()
+        # Last: a start that fails above (store locked by another broker, a port taken) leaves the store unmarked.
+        write_broker_name(cfg.config_dir, cfg.broker_cluster_name, cfg.broker_name)
 
     async def _start_controller_mode(self) -> None:
         """Issue 28: load the epoch file, then register with the controller in the background."""

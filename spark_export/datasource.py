@@ -2,6 +2,10 @@
 
     spark.dataSource.register(RocketMQDataSource)
     spark.read.format("rocketmq").option("table", "messages").load("/path/to/store")
+    spark.read.format("rocketmq").load(["/a/store", "/b/store"])        # a cluster: the `broker` column tells apart
+
+Several store directories (a list, which Spark passes as the option `paths`, a JSON array; or a comma-separated
+path) are read as one table, one directory per brokerName (spark_export.brokers: replicas are read once).
 
 Planning (partitions) runs in a Python worker next to the driver; read() runs on executors, so the store
 directory must be visible at the same path there (a local disk for local[*]/local-cluster, a shared
@@ -10,8 +14,10 @@ filesystem for a cluster). Reads are read-only and stop at the end of complete d
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from spark_export import pushdown as _pushdown
+from spark_export.brokers import resolve_stores
 from spark_export.cluster.options import ClusterOptions, is_network_read
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
 from spark_export.index_files import lookup_offsets
@@ -30,7 +37,6 @@ from spark_export.store import (
     StoreLayout,
     mapped,
     offset_rows,
-    open_store,
     pack_ranges,
     plan_commit_log_partitions,
     topic_rows,
@@ -54,7 +60,7 @@ _TRUE = {"true", "1", "yes", "on"}
 class ReadOptions:
     """Data source options (all strings in Spark; parsed once on the planning side)."""
 
-    path: str
+    paths: tuple[str, ...]  # store directories
     table: str = "messages"
     topics: frozenset[str] | None = None
     include_body: bool = True
@@ -68,20 +74,23 @@ class ReadOptions:
     columns: tuple[str, ...] | None = None  # read only these columns (the API has no automatic pruning)
     pushdown: str = "auto"  # take Spark's filters: auto (when the session allows it), true, false
     index_hash_slots: int | None = None  # hash slots per index file (maxHashSlotNum) when not the usual ratio
+    broker_names: tuple[str, ...] | None = None  # brokerName per directory of `paths` ("": found in the store)
 
     @classmethod
     def parse(cls, options) -> "ReadOptions":
         opts = {str(k).lower(): v for k, v in dict(options).items()}
-        path = opts.get("path")
-        if not path:
-            raise ValueError("rocketmq: give the store directory, e.g. .load('/path/to/store')")
+        paths, broker_names = _store_paths(opts)
+        if len(paths) > 1 and opts.get("commitlog_dir"):
+            raise ValueError("rocketmq: option commitlog_dir is for a single store directory; "
+                             f"{len(paths)} were given")
         topics = opts.get("topics")
         topic_set = frozenset(t.strip() for t in topics.split(",") if t.strip()) if topics else None
         max_rows = opts.get("maxrecordspertrigger") or opts.get("max_records_per_trigger")
         columns = opts.get("columns")
         column_list = tuple(c.strip() for c in columns.split(",") if c.strip()) if columns else None
         return cls(
-            path=path,
+            paths=paths,
+            broker_names=broker_names,
             table=opts.get("table", "messages").lower(),
             topics=topic_set,
             include_body=str(opts.get("include_body", "true")).lower() in _TRUE,
@@ -97,8 +106,67 @@ class ReadOptions:
             index_hash_slots=int(opts["index_hash_slots"]) if opts.get("index_hash_slots") else None,
         )
 
+    def layouts(self) -> list[StoreLayout]:
+        """The stores to read, each with its brokerName, one per brokerName (StoreError for a bad one)."""
+        return resolve_stores(self.paths, self.broker_names, self.commit_log_dir)
+
+    def require_single_store(self) -> None:
+        """Streaming offsets are one commit log's positions: a stream reads one store directory."""
+        if len(self.paths) != 1:
+            raise ValueError(f"rocketmq streaming reads one store directory; {len(self.paths)} were given "
+                             f"({', '.join(self.paths)}): start one stream per broker")
+
     def layout(self) -> StoreLayout:
-        return open_store(self.path, self.commit_log_dir)
+        """The single store of a streaming read."""
+        self.require_single_store()
+        return self.layouts()[0]
+
+
+def _store_paths(opts: dict) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """(store directories, their brokerNames or None) from the options path (comma-separated), paths (a JSON array:
+    what Spark passes for .load([...])), brokerName (one directory) and brokerNames (comma-separated, one per
+    directory, "" = found in the store). A directory given twice is read once."""
+    given: list[str] = []
+    listed = opts.get("paths")
+    if listed:
+        try:
+            values = json.loads(listed)
+        except (TypeError, ValueError):
+            values = None
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"rocketmq: option paths must be a JSON array of store directories, got {listed[:80]!r}")
+        given += [v.strip() for v in values]
+    if opts.get("path"):
+        given += [p.strip() for p in str(opts["path"]).split(",")]
+    given = [p for p in given if p]
+    if not given:
+        raise ValueError("rocketmq: give the store directory, e.g. .load('/path/to/store'), or several: "
+                         ".load(['/a/store', '/b/store'])")
+    one, many = opts.get("brokername"), opts.get("brokernames")
+    if one and many:
+        raise ValueError("rocketmq: give either brokerName (one store directory) or brokerNames (one per directory)")
+    names: list[str] | None = None
+    if one:
+        if len(given) > 1:
+            raise ValueError(f"rocketmq: option brokerName names the broker of one store directory; {len(given)} "
+                             "were given: use brokerNames (comma-separated, one per directory, in order)")
+        names = [str(one).strip()]
+    elif many:
+        names = [n.strip() for n in str(many).split(",")]
+        if len(names) != len(given):
+            raise ValueError(f"rocketmq: option brokerNames has {len(names)} name(s) for {len(given)} store "
+                             f"directories ({', '.join(given)}): give one per directory, in order (empty: found "
+                             "in the store)")
+    paths: list[str] = []
+    kept: list[str] = []
+    seen: set[str] = set()
+    for k, path in enumerate(given):
+        key = os.path.normpath(os.path.abspath(path))
+        if key not in seen:
+            seen.add(key)
+            paths.append(path)
+            kept.append(names[k] if names else "")
+    return tuple(paths), (tuple(kept) if names else None)
 
 
 class RocketMQDataSource(DataSource):
@@ -135,6 +203,7 @@ class RocketMQDataSource(DataSource):
         options = ReadOptions.parse(self.options)
         if options.table != "messages":
             raise ValueError("rocketmq streaming reads the messages table only")
+        options.require_single_store()
         return RocketMQStreamReader(options, _requested_arrow_schema(options.table, schema))
 
 
@@ -185,6 +254,7 @@ def _requested_arrow_schema(table: str, schema: StructType) -> pa.Schema:
 class _Partition(InputPartition):
     kind: str
     items: tuple = field(default_factory=tuple)
+    broker: str = ""  # the brokerName of the store the items belong to
 
 
 class RocketMQReader(DataSourceReader):
@@ -198,23 +268,16 @@ class RocketMQReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         opts = self.options
         try:
-            layout = opts.layout()
+            layouts = opts.layouts()
         except StoreError as exc:
             raise ValueError(str(exc)) from None
         push = self.push.with_topics(opts.topics)
         if push.nothing:
             return [_Partition("empty")]
-        if opts.table == "messages":
-            return _planned_message_partitions(layout, opts, push) or [_Partition("empty")]
-        if opts.table == "consume_queue":
-            files = [f for f in layout.consume_queue_files(push.topics) if push.queue_allowed(f.queue_id)]
-            groups = pack_ranges(files, [max(f.size, 1) for f in files], opts.split_bytes, opts.min_partitions)
-            return [_Partition("consume_queue", tuple(g)) for g in groups] or [_Partition("empty")]
-        if opts.table == "offsets":
-            return [_Partition("offsets", tuple(offset_rows(layout, push.topics)))]
-        if opts.table == "topics":
-            return [_Partition("topics", tuple(topic_rows(layout, push.topics)))]
-        raise ValueError(f"unknown table {opts.table!r}")
+        # min_partitions is for the whole read: shared between the stores
+        per_store = replace(opts, min_partitions=max(1, -(-opts.min_partitions // len(layouts))))
+        parts = [p for layout in layouts for p in _store_partitions(layout, per_store, push)]
+        return parts or [_Partition("empty")]
 
     def read(self, partition: _Partition) -> Iterator[pa.RecordBatch]:
         batches = _read_partition(partition, self.options, self.arrow_schema,
@@ -252,6 +315,21 @@ class RocketMQFilteringReader(RocketMQReader):
 
 
 _RECORDS_PER_SET = 262_144
+
+
+def _store_partitions(layout: StoreLayout, opts: ReadOptions, push: Pushdown) -> list[InputPartition]:
+    """The partitions of one store for the table read."""
+    broker = layout.broker
+    if opts.table == "messages":
+        return _planned_message_partitions(layout, opts, push)
+    if opts.table == "consume_queue":
+        files = [f for f in layout.consume_queue_files(push.topics) if push.queue_allowed(f.queue_id)]
+        groups = pack_ranges(files, [max(f.size, 1) for f in files], opts.split_bytes, opts.min_partitions)
+        return [_Partition("consume_queue", tuple(g), broker) for g in groups]
+    if opts.table in ("offsets", "topics"):
+        rows = offset_rows(layout, push.topics) if opts.table == "offsets" else topic_rows(layout, push.topics)
+        return [_Partition(opts.table, tuple((row[0], broker, *row[1:]) for row in rows), broker)]
+    raise ValueError(f"unknown table {opts.table!r}")
 
 
 def _planned_message_partitions(layout: StoreLayout, opts: ReadOptions, push: Pushdown) -> list[InputPartition]:
@@ -294,26 +372,26 @@ def _record_partitions(layout: StoreLayout, offsets: np.ndarray, opts: ReadOptio
         return []
     weights = [len(rs.positions) for rs in sets]
     groups = pack_ranges(sets, weights, max(1, sum(weights) // max(1, opts.min_partitions)) + 1, opts.min_partitions)
-    return [_Partition("records", tuple(g)) for g in groups]
+    return [_Partition("records", tuple(g), layout.broker) for g in groups]
 
 
 def _message_partitions(layout: StoreLayout, opts: ReadOptions, start: int | None = None,
                         end: int | None = None, *, start_is_record: bool = False) -> list[InputPartition]:
     groups = plan_commit_log_partitions(layout, opts.split_bytes, opts.min_partitions, start, end,
                                         start_synced=start is None or start_is_record)
-    return [_Partition("messages", tuple(g)) for g in groups]
+    return [_Partition("messages", tuple(g), layout.broker) for g in groups]
 
 
 def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema,
                     push: Pushdown | None = None) -> Iterator[pa.RecordBatch]:
     if partition.kind == "records":
         decode = DecodeOptions(opts.include_body, opts.decompress, push.topics if push else opts.topics, schema,
-                               push if push is not None and push.row_bounds else None)
+                               push if push is not None and push.row_bounds else None, partition.broker)
         yield from read_records(partition.items, decode, opts.batch_rows)
     elif partition.kind == "messages":
         rows = push if push is not None and push.row_bounds else None
         decode = DecodeOptions(opts.include_body, opts.decompress, push.topics if push else opts.topics, schema,
-                               rows)
+                               rows, partition.broker)
         for r in partition.items:
             with mapped(r.path) as buf:
                 yield from iter_message_batches(buf, r.base, r.begin, r.end, decode, synced=r.synced,
@@ -321,7 +399,7 @@ def _read_partition(partition: _Partition, opts: ReadOptions, schema: pa.Schema,
     elif partition.kind == "consume_queue":
         for f in partition.items:
             with mapped(f.path) as buf:
-                batch = decode_consume_queue(buf, f.base, f.topic, f.queue_id)
+                batch = decode_consume_queue(buf, f.base, f.topic, f.queue_id, partition.broker)
             if batch.num_rows:
                 yield batch.select(schema.names)
     elif partition.kind in ("offsets", "topics"):

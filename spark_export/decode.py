@@ -284,8 +284,9 @@ def iter_message_batches(buf: np.ndarray, base: int, begin: int, end: int | None
 _CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 
 
-def decode_consume_queue(buf: np.ndarray | bytes, base: int, topic: str, queue_id: int) -> pa.RecordBatch:
-    """Units of one consume-queue file up to the first empty unit (fillers dropped)."""
+def decode_consume_queue(buf: np.ndarray | bytes, base: int, topic: str, queue_id: int,
+                         broker: str = "") -> pa.RecordBatch:
+    """Units of one consume-queue file up to the first empty unit (fillers dropped); `broker`: the brokerName."""
     data = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
     usable = len(data) - len(data) % CQ_UNIT_SIZE
     units = data[:usable].view(_CQ_DTYPE)
@@ -300,6 +301,7 @@ def decode_consume_queue(buf: np.ndarray | bytes, base: int, topic: str, queue_i
     n = len(index)
     return pa.RecordBatch.from_arrays([
         pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(broker, pa.string()), n),
         pa.array(np.full(n, queue_id, np.int32)),
         pa.array(queue_offset),
         pa.array(offset[index]),

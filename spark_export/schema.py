@@ -50,6 +50,7 @@ MESSAGES_FIELDS: list[tuple[str, str, pa.DataType]] = [
 
 CONSUME_QUEUE_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("topic", "string", pa.string()),
+    ("broker", "string", pa.string()),
     ("queue_id", "int", pa.int32()),
     ("queue_offset", "long", pa.int64()),
     ("commitlog_offset", "long", pa.int64()),
@@ -59,6 +60,7 @@ CONSUME_QUEUE_FIELDS: list[tuple[str, str, pa.DataType]] = [
 
 OFFSETS_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("topic", "string", pa.string()),
+    ("broker", "string", pa.string()),
     ("group", "string", pa.string()),
     ("queue_id", "int", pa.int32()),
     ("offset", "long", pa.int64()),
@@ -66,6 +68,7 @@ OFFSETS_FIELDS: list[tuple[str, str, pa.DataType]] = [
 
 TOPICS_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("topic", "string", pa.string()),
+    ("broker", "string", pa.string()),
     ("read_queue_nums", "int", pa.int32()),
     ("write_queue_nums", "int", pa.int32()),
     ("perm", "int", pa.int32()),

@@ -55,6 +55,7 @@ class StoreLayout:
     root: str
     commit_log_dir: str
     commit_log_files: tuple[tuple[int, str, int], ...]  # (base offset, path, size), by offset
+    broker: str = ""  # the brokerName that wrote the store (spark_export.brokers)
 
     @property
     def config_dir(self) -> str:

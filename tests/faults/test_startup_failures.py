@@ -45,6 +45,7 @@ def test_a_port_in_use_names_its_key(tmp_path, key):
     assert f"{key} {ports[key]} is already in use" in lines[0] and f"set another {key}" in lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "boot success" not in proc.stdout
+    assert not (tmp_path / "store" / "config" / "brokerName.json").exists()  # written only by a broker that started
 
 
 def test_the_traceback_is_there_at_debug(tmp_path):

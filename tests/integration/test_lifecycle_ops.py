@@ -4,6 +4,7 @@ second broker on the same store is refused, start-up names its directories, INFO
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,8 @@ async def test_second_broker_on_the_same_store_is_refused(broker, tmp_path):
     assert "boot success" not in result.stdout
     # the running broker is untouched and still serving
     assert topics_json.read_bytes() == topics_before
+    name_json = json.loads((broker.store_dir / "config" / "brokerName.json").read_text())
+    assert name_json["brokerName"] == broker.name  # not the intruder's: it never passed its start-up checks
     assert (broker.store_dir / "abort").exists()
     async with await WireClient.connect(broker.addr) as client:
         assert (await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("StillHere"), b"ok")).code == 0
