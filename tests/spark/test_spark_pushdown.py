@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from spark_export import pushdown
+from spark_export.startup import PTH_NAME, pth_text
 from spark_scenario import GROUP
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
@@ -215,7 +216,8 @@ def test_pushdown_option_false_and_a_session_without_pushdown(spark, broker_stor
 
 
 def _installed_copy(tmp_path: Path) -> Path:
-    """The package as pip installs it (a wheel built offline, unpacked): pyspark_rocketmq at the top level."""
+    """The package as pip installs it (a wheel built offline, unpacked): pyspark_rocketmq and the start-up .pth at
+    the top level."""
     dist = tmp_path / "dist"
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                            "-q", "-w", str(dist), str(PROJECT)], capture_output=True, text=True, timeout=240,
@@ -225,6 +227,11 @@ def _installed_copy(tmp_path: Path) -> Path:
     with zipfile.ZipFile(next(dist.glob("*.whl"))) as wheel:
         wheel.extractall(target)
     assert (target / "pyspark_rocketmq" / "__init__.py").exists()
+    # the start-up hook (Spark's workers run this interpreter), at the top of purelib, listed in RECORD; no folder
+    # line: pyspark_rocketmq is installed beside it
+    assert (target / PTH_NAME).read_text() == pth_text()
+    record = next(target.glob("*.dist-info/RECORD")).read_text().splitlines()
+    assert any(row.startswith(f"{PTH_NAME},sha256=") for row in record)
     return target
 
 
