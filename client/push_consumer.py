@@ -23,18 +23,25 @@ tag subscriptions are re-filtered by exact tag string (the broker matches hash c
 
 Shutdown is graceful: stop pulling, hand back queued messages, let running listeners finish (up to
 `shutdown_grace` seconds), commit offsets and wait for the broker's acknowledgement, unregister from the brokers.
+
+PushConsumer is the public facade; the work is split along its jobs, each part built with only what it uses:
+client.subscription_state (topics, selectors, retry topic, assigned queues), client.pull_fetcher (the pull loop of
+each queue: long polling, flow control, back-off), client.rebalance_coordinator (allocation, adding and dropping
+queues), client.queue_locks (orderly lock renewal), client.consume_offsets (start offsets and commits), and the
+consume services (client.consume_service, client.consume_orderly).
 """
 
 from __future__ import annotations
 
-import ssl
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 
 from client.allocate import AllocateStrategy, resolve_strategy, sort_queues
+from client.consume_offsets import ConsumeOffsets, make_offset_store
 from client.consume_orderly import ConsumeOrderlyService
 from client.consume_service import RETRY_PREFIX, ConsumeService, Listener
 from client.consumer_introspection import consume_message_directly, running_info
@@ -42,14 +49,16 @@ from client.consumer_ops import ConsumerOps
 from client.credentials import Credentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance
-from client.message import MessageExt, MessageQueue, MessageSelector, PullStatus
-from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_store_dir
+from client.message import MessageExt, MessageQueue, MessageSelector
+from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
-from client.queue_locks import LOCK_RENEW_INTERVAL, QueueLocks
+from client.pull_fetcher import PullFetcher
+from client.queue_locks import LOCK_RENEW_INTERVAL, LockKeeper, QueueLocks
+from client.rebalance_coordinator import RebalanceCoordinator
+from client.subscription_state import SubscriptionState
 from protocol.admin_bodies import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from client.waiting import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +66,6 @@ __all__ = ["PushConsumer"]
 
 _MODELS = ("CLUSTERING", "BROADCASTING")
 _FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
-_PULL_ERROR_BACKOFF = 3.0
-_FLOW_CONTROL_RECHECK = 1.0
-_UNLOCKED_PULL_RECHECK = 1.0  # an orderly queue whose lock is lost waits this long before checking again
 
 
 class PushConsumer:
@@ -153,21 +159,20 @@ class PushConsumer:
             tls_ca_path=tls_ca_path,
         )
         self._ops = ConsumerOps(self._instance, group)
-        self._subscriptions: dict[str, MessageSelector] = {}
+        self._subscription = SubscriptionState(group, clustering=message_model == "CLUSTERING")
         self._listener: Listener | None = None
         self.orderly = False
         self._locks = QueueLocks(self._ops, self._instance.client_id)
-        self._process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self.offset_store: OffsetStore | None = None
+        # The parts below are built by start(), each with only what it uses.
         self._consume: ConsumeService | ConsumeOrderlyService | None = None
-        self._rebalance_now: asyncio.Event | None = None
-        self._rebalance_lock: asyncio.Lock | None = None
+        self._offsets: ConsumeOffsets | None = None
+        self._fetcher: PullFetcher | None = None
+        self._lock_keeper: LockKeeper | None = None
+        self._coordinator: RebalanceCoordinator | None = None
         self._service_tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()  # one-off jobs a broker request started (offset resets)
         self._started = False
-        self._stopping = False
-        self._group_missing_reported = False
         self.start_timestamp_ms = 0
 
     @property
@@ -178,18 +183,29 @@ class PushConsumer:
     def _clustering(self) -> bool:
         return self.message_model == "CLUSTERING"
 
+    @property
+    def _uses_locks(self) -> bool:
+        return self.orderly and self._clustering
+
+    @property
+    def _subscriptions(self) -> dict[str, MessageSelector]:
+        return self._subscription.topics
+
+    @property
+    def _process_queues(self) -> dict[MessageQueue, ProcessQueue]:
+        """The assigned queues (held by the subscription state, changed only by the rebalance coordinator)."""
+        return self._subscription.assignment
+
     # ------------------------------------------------------------------ configuration
     def subscribe(self, topic: str, expression: MessageSelector | str | None = "*") -> None:
         """Subscribe to topic with a tag expression ('*', 'TagA || TagB') or MessageSelector.sql(...)."""
-        if not topic:
-            raise ValueError("topic must not be empty")
-        self._subscriptions[topic] = MessageSelector.of(expression)
+        self._subscription.subscribe(topic, expression)
         if self._started:
             self._instance.tracked_topics.add(topic)
             self._trigger_rebalance()
 
     def unsubscribe(self, topic: str) -> None:
-        self._subscriptions.pop(topic, None)
+        self._subscription.unsubscribe(topic)
         if self._started:
             self._trigger_rebalance()
 
@@ -207,15 +223,8 @@ class PushConsumer:
         self._listener = listener
         self.orderly = bool(orderly)
 
-    @property
-    def _uses_locks(self) -> bool:
-        return self.orderly and self._clustering
-
     def _all_subscriptions(self) -> dict[str, MessageSelector]:
-        subs = dict(self._subscriptions)
-        if self._clustering:
-            subs.setdefault(RETRY_PREFIX + self.group, MessageSelector.tag("*"))
-        return subs
+        return self._subscription.all_subscriptions()
 
     def _heartbeat_data(self) -> dict:
         subscriptions = []
@@ -234,11 +243,53 @@ class PushConsumer:
             ]
         }
 
-    def _make_offset_store(self) -> OffsetStore:
-        if self._clustering:
-            return RemoteOffsetStore(self._ops)
-        base = self.offset_store_dir if self.offset_store_dir is not None else default_offset_store_dir()
-        return LocalFileOffsetStore(os.path.join(base, self.client_id, self.group, "offsets.json"))
+    # ------------------------------------------------------------------ assembling the parts
+    def _build_parts(self) -> None:
+        """Offset policy, consume service, lock keeper, fetcher and rebalance coordinator, wired by narrow handles."""
+        store = self.offset_store = make_offset_store(
+            self._ops, clustering=self._clustering, base_dir=self.offset_store_dir, client_id=self.client_id,
+            group=self.group)
+        self._offsets = ConsumeOffsets(self.group, store, self._ops, consume_from_where=self.consume_from_where,
+                                       consume_timestamp=self.consume_timestamp)
+        guard = asyncio.Lock()  # serialises changes to the assignment (rebalance, lock renewal, offset resets)
+        self._lock_keeper = (LockKeeper(self._locks, self._subscription.assignment, guard, self.group)
+                             if self._uses_locks else None)
+        if self.orderly:
+            self._consume = ConsumeOrderlyService(
+                self.group, self._listener, store, self._send_back,
+                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
+                clustering=self._clustering, max_reconsume_times=self.max_reconsume_times,
+                suspend_time=self.suspend_current_queue_time_millis / 1000.0,
+                relock=self._lock_keeper.relock if self._lock_keeper is not None else None,
+            )
+        else:
+            self._consume = ConsumeService(
+                self.group, self._listener, store, self._send_back,
+                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
+                clustering=self._clustering, consume_timeout=self.consume_timeout * 60.0,
+            )
+        self._fetcher = PullFetcher(
+            self.group, self._ops, self._subscription.selector, store, self._consume.submit,
+            pull_batch_size=self.pull_batch_size, suspend_timeout=self.suspend_timeout,
+            clustering=self._clustering, uses_locks=self._uses_locks,
+        )
+        self._coordinator = RebalanceCoordinator(
+            self.group, self.client_id, self.allocate_strategy, self._subscription, self._instance, self._ops,
+            self._offsets, self._fetcher, self._new_process_queue, guard,
+            locks=self._locks if self._uses_locks else None,
+            quiesce=self._consume.quiesce if self.orderly else None, quiesce_grace=self.shutdown_grace,
+        )
+
+    def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
+        return ProcessQueue(
+            mq, max_count=self.pull_threshold_for_queue, max_bytes=self.pull_threshold_size_for_queue * 1024 * 1024,
+            max_span=0 if self.orderly else self.consume_concurrently_max_span,
+        )
+
+    def _set_stopping(self, stopping: bool) -> None:
+        for part in (self._fetcher, self._coordinator, self._lock_keeper):
+            if part is not None:
+                part.stopping = stopping
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -248,26 +299,11 @@ class PushConsumer:
             raise MQClientError("register a listener before starting the push consumer")
         if not self._subscriptions:
             raise MQClientError("subscribe to at least one topic before starting the push consumer")
-        self._rebalance_now = asyncio.Event()
-        self._rebalance_lock = asyncio.Lock()
         self.start_timestamp_ms = int(time.time() * 1000)
-        self.offset_store = self._make_offset_store()
+        self._build_parts()
         await self.offset_store.load()
-        if self.orderly:
-            self._consume = ConsumeOrderlyService(
-                self.group, self._listener, self.offset_store, self._send_back,
-                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
-                clustering=self._clustering, max_reconsume_times=self.max_reconsume_times,
-                suspend_time=self.suspend_current_queue_time_millis / 1000.0, relock=self._relock,
-            )
-        else:
-            self._consume = ConsumeService(
-                self.group, self._listener, self.offset_store, self._send_back,
-                thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
-                clustering=self._clustering, consume_timeout=self.consume_timeout * 60.0,
-            )
         self._consume.start()
-        self._stopping = False
+        self._set_stopping(False)
         await self._instance.start()
         self._started = True
         for topic in self._all_subscriptions():
@@ -290,13 +326,15 @@ class PushConsumer:
         except BaseException:
             await self._abort_start()
             raise
-        await self._rebalance()
+        await self._coordinator.rebalance()
         self._service_tasks = [
-            asyncio.create_task(self._rebalance_service(), name=f"rebalance-{self.group}"),
-            asyncio.create_task(self._persist_service(), name=f"persist-offsets-{self.group}"),
+            asyncio.create_task(self._coordinator.run(self.rebalance_interval), name=f"rebalance-{self.group}"),
+            asyncio.create_task(self._offsets.run_persist(self.persist_offset_interval),
+                                name=f"persist-offsets-{self.group}"),
         ]
-        if self._uses_locks:
-            self._service_tasks.append(asyncio.create_task(self._lock_service(), name=f"lock-mq-{self.group}"))
+        if self._lock_keeper is not None:
+            self._service_tasks.append(asyncio.create_task(self._lock_keeper.run(self.lock_renew_interval),
+                                                           name=f"lock-mq-{self.group}"))
 
     async def _check_group_exists(self) -> None:
         """A group the broker does not know (autoCreateSubscriptionGroup=false) would receive nothing, silently:
@@ -321,7 +359,7 @@ class PushConsumer:
     async def _abort_start(self) -> None:
         """start() failed after the instance started: stop the consume service, unregister and close."""
         self._started = False
-        self._stopping = True
+        self._set_stopping(True)
         await self._consume.shutdown(0)
         await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
 
@@ -331,15 +369,11 @@ class PushConsumer:
             await self._instance.shutdown()
             return
         self._started = False
-        self._stopping = True
+        self._set_stopping(True)
         for task in [*self._service_tasks, *self._background]:
             task.cancel()
         await asyncio.gather(*self._service_tasks, *self._background, return_exceptions=True)
-        pulls = list(self._pull_tasks.values())
-        for task in pulls:
-            task.cancel()
-        await asyncio.gather(*pulls, return_exceptions=True)
-        self._pull_tasks.clear()
+        await self._fetcher.stop_all()
         # An orderly queue whose listener call outlives the grace keeps its lock until the broker expires it.
         still_busy = await self._consume.shutdown(self.shutdown_grace if consume_grace is None else consume_grace)
         busy = {pq.mq for pq in still_busy or ()}
@@ -386,208 +420,14 @@ class PushConsumer:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+
     async def _reset_offsets(self, offsets: dict[tuple[str, str, int], int]) -> None:
-        """Drop each reset queue (its in-flight messages are not committed), store the new offset, rebalance: the
-        queue is then pulled again from the offset the broker now holds."""
-        async with self._rebalance_lock:
-            for mq in [mq for mq in self._process_queues if (mq.topic, mq.broker_name, mq.queue_id) in offsets]:
-                pq = self._process_queues.pop(mq)
-                pq.dropped = True
-                task = self._pull_tasks.pop(mq, None)
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                self.offset_store.update(mq, offsets[(mq.topic, mq.broker_name, mq.queue_id)])
-                try:
-                    await self.offset_store.persist(mq)
-                except Exception as exc:
-                    log.warning("storing the reset offset of %s failed: %s", mq, exc)
-                self.offset_store.remove(mq)
-                log.info("%s: offset of %s reset to %d", self.group, mq, offsets[(mq.topic, mq.broker_name,
-                                                                                 mq.queue_id)])
-        self._trigger_rebalance()
+        if self._coordinator is not None:
+            await self._coordinator.reset_offsets(offsets)
 
     def _trigger_rebalance(self) -> None:
-        if self._rebalance_now is not None:
-            self._rebalance_now.set()
-
-    # ------------------------------------------------------------------ rebalancing
-    async def _rebalance_service(self) -> None:
-        while not self._stopping:
-            await wait_event(self._rebalance_now, self.rebalance_interval)
-            self._rebalance_now.clear()
-            try:
-                await self._rebalance()
-            except Exception:
-                log.exception("rebalance of group %s failed", self.group)
-
-    async def _wanted_queues(self) -> set[MessageQueue]:
-        wanted: set[MessageQueue] = set()
-        consumer_lists: dict = {}  # broker address -> its list of the group, asked once per rebalance
-        for topic in self._all_subscriptions():
-            route = self._instance.routes.get(topic)
-            if route is None:
-                try:
-                    route = await self._instance.update_route(topic)
-                except Exception as exc:
-                    log.debug("rebalance: no route for %s: %s", topic, exc)
-                    continue
-            queues = sort_queues(route.subscribe_queues(topic))
-            if not self._clustering:
-                wanted.update(queues)
-                continue
-            try:
-                cids = sorted(await self._ops.consumer_ids(topic, answers=consumer_lists))
-            except Exception as exc:
-                log.debug("rebalance: consumer list for %s unavailable: %s", topic, exc)
-                wanted.update(mq for mq in self._process_queues if mq.topic == topic)  # keep until it answers
-                continue
-            try:
-                mine = self.allocate_strategy(self.group, self.client_id, queues, cids)
-            except Exception:
-                log.exception("allocate strategy %r failed for topic %s", self.allocate_strategy, topic)
-                mine = [mq for mq in self._process_queues if mq.topic == topic]
-            known = set(queues)
-            wanted.update(mq for mq in mine if mq in known)
-        return wanted
-
-    async def _rebalance(self) -> None:
-        async with self._rebalance_lock:
-            if self._stopping:
-                return
-            wanted = await self._wanted_queues()
-            subs = self._all_subscriptions()
-            gone = [mq for mq in self._process_queues if mq not in wanted or mq.topic not in subs]
-            if gone:
-                await asyncio.gather(*(self._drop_queue(mq) for mq in gone))
-            new = sort_queues(wanted - set(self._process_queues))
-            if new and self._uses_locks:
-                # Orderly: only queues this client could lock; the others are tried again next rebalance.
-                granted = await self._locks.lock(new)
-                locked_at = time.monotonic()
-                new = [mq for mq in new if mq in granted]
-            for mq in new:
-                if self._stopping:
-                    return
-                try:
-                    offset = await self._initial_offset(mq)  # orderly: read after the lock, as required
-                except Exception as exc:
-                    log.debug("cannot compute the start offset of %s: %s", mq, exc)
-                    if self._uses_locks:
-                        await self._locks.unlock([mq])
-                    continue
-                pq = ProcessQueue(
-                    mq, max_count=self.pull_threshold_for_queue,
-                    max_bytes=self.pull_threshold_size_for_queue * 1024 * 1024,
-                    max_span=0 if self.orderly else self.consume_concurrently_max_span,
-                )
-                if self._uses_locks:
-                    pq.lock_granted(locked_at)
-                pq.advance_to(offset)
-                self._process_queues[mq] = pq
-                self.offset_store.update(mq, offset)
-                self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(pq, offset), name=f"pull-{mq}")
-
-    async def _drop_queue(self, mq: MessageQueue) -> None:
-        """A queue moved away: stop pulling it, commit its offset (acknowledged), forget it.
-
-        Orderly: first wait for its running listener call to settle, and release the broker lock only after the
-        offset is committed, so the next owner starts exactly where this one stopped."""
-        pq = self._process_queues.pop(mq, None)
-        if pq is not None:
-            pq.dropped = True
-        task = self._pull_tasks.pop(mq, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        settled = True
-        if self.orderly and pq is not None:
-            settled = await self._consume.quiesce(pq, self.shutdown_grace)
-        try:
-            await self.offset_store.persist(mq)
-        except Exception as exc:
-            log.warning("offset commit for dropped %s failed: %s", mq, exc)
-        self.offset_store.remove(mq)
-        if self._uses_locks and pq is not None and pq.locked:
-            if settled:
-                await self._locks.unlock([mq])
-            else:
-                log.warning("listener still running on dropped %s; its lock is left to expire on the broker", mq)
-
-    async def _initial_offset(self, mq: MessageQueue) -> int:
-        # An explicit start time must not be overridden by the broker's young-queue rule (offset 0 when the queue
-        # still holds its first message); LAST_OFFSET keeps that rule, as RocketMQ does, so that a new group on a
-        # new topic never skips messages produced before its members registered.
-        by_time = self.consume_from_where == "CONSUME_FROM_TIMESTAMP" and not mq.topic.startswith(RETRY_PREFIX)
-        stored = await self.offset_store.fetch(mq, zero_if_not_found=not by_time)
-        if stored >= 0:
-            return stored
-        if mq.topic.startswith(RETRY_PREFIX) or self.consume_from_where == "CONSUME_FROM_FIRST_OFFSET":
-            return await self._ops.min_offset(mq)
-        if self.consume_from_where == "CONSUME_FROM_TIMESTAMP":
-            return await self._ops.search_offset(mq, self.consume_timestamp)
-        return await self._ops.max_offset(mq)
-
-    # ------------------------------------------------------------------ pulling
-    async def _pull_loop(self, pq: ProcessQueue, offset: int) -> None:
-        mq = pq.mq
-        ops = self._ops
-        submit = self._consume.submit
-        store = self.offset_store
-        clustering = self._clustering
-        timeout = self.suspend_timeout + 15.0
-        suspend_ms = int(self.suspend_timeout * 1000)
-        uses_locks = self._uses_locks
-        while not pq.dropped and not self._stopping:
-            if uses_locks and not pq.holds_lock():
-                await asyncio.sleep(_UNLOCKED_PULL_RECHECK)  # only a locked queue is pulled (renewal relocks it)
-                continue
-            if pq.over_threshold():
-                await pq.wait_until_drained(_FLOW_CONTROL_RECHECK)  # flow control: consumption is behind
-                continue
-            selector = self._subscriptions.get(mq.topic) or MessageSelector.tag("*")
-            try:
-                result = await ops.pull(
-                    mq, selector, offset, self.pull_batch_size, timeout=timeout, suspend_timeout_ms=suspend_ms,
-                    commit_offset=store.read(mq) if clustering else None,
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if isinstance(exc, MQBrokerError) and exc.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
-                    if not self._group_missing_reported:
-                        self._group_missing_reported = True
-                        log.error("consumer group %s receives nothing: broker %s says %s (create the group with "
-                                  "mqadmin updateSubGroup); pulls are retried every %.0f s", self.group, exc.addr,
-                                  exc.remark, _PULL_ERROR_BACKOFF)
-                else:
-                    log.debug("pull %s failed: %s; retrying in %.0f s", mq, exc, _PULL_ERROR_BACKOFF)
-                await asyncio.sleep(_PULL_ERROR_BACKOFF)
-                continue
-            if self._group_missing_reported:
-                self._group_missing_reported = False
-                log.warning("consumer group %s exists now on broker; consumption resumes", self.group)
-            if pq.dropped:
-                return
-            pq.last_pull_time = time.monotonic()
-            status = result.status
-            offset = result.next_begin_offset
-            if status is PullStatus.FOUND and result.messages:
-                messages = result.messages
-                pq.add(messages, offset)
-                submit(pq, messages)
-                continue
-            pq.advance_to(offset)
-            if status is PullStatus.OFFSET_ILLEGAL:
-                log.warning("pull offset of %s was illegal; moving to %d", mq, offset)
-                pq.pulled_until = offset
-                store.update(mq, offset)
-                try:
-                    await store.persist(mq)
-                except Exception:
-                    pass
-            elif not pq.inflight:  # NO_NEW_MSG / NO_MATCHED_MSG / everything filtered out client-side
-                store.update(mq, pq.commit_offset())
+        if self._coordinator is not None:
+            self._coordinator.trigger()
 
     # ------------------------------------------------------------------ retries
     async def _send_back(self, pq: ProcessQueue, m: MessageExt, delay_level: int = 0) -> bool:
@@ -602,60 +442,13 @@ class PushConsumer:
             return False
         return True
 
-    # ------------------------------------------------------------------ orderly locks
-    async def _lock_service(self) -> None:
-        """Renew the locks of every assigned queue; a queue the broker no longer grants stops being consumed."""
-        while True:
-            await asyncio.sleep(self.lock_renew_interval)
-            try:
-                await self._renew_locks()
-            except Exception:
-                log.exception("renewing the queue locks of group %s failed", self.group)
-
-    async def _renew_locks(self) -> None:
-        # Serialised with rebalancing, so a queue being dropped (and unlocked) is never locked again behind its back.
-        async with self._rebalance_lock:
-            queues = list(self._process_queues.items())
-            if not queues or self._stopping:
-                return
-            now = time.monotonic()
-            granted = await self._locks.lock(mq for mq, _ in queues)
-        for mq, pq in queues:
-            if mq in granted:
-                pq.lock_granted(now)
-            elif pq.locked:
-                log.warning("lost the lock on %s; its consumption pauses until it is locked again", mq)
-                pq.locked = False
-
-    async def _relock(self, pq: ProcessQueue) -> bool:
-        """Called by the orderly service for a queue whose lock lapsed."""
-        if pq.dropped or self._stopping:
-            return False
-        now = time.monotonic()
-        if pq.mq not in await self._locks.lock([pq.mq]):
-            return False
-        if pq.dropped or self._stopping:  # dropped meanwhile: do not keep the queue from its next owner
-            await self._locks.unlock([pq.mq])
-            return False
-        pq.lock_granted(now)
-        return True
-
-    # ------------------------------------------------------------------ offsets
-    async def _persist_service(self) -> None:
-        while True:
-            await asyncio.sleep(self.persist_offset_interval)
-            try:
-                await self.offset_store.persist_all()
-            except Exception:
-                log.exception("persisting offsets of group %s failed", self.group)
-
     # ------------------------------------------------------------------ introspection
     def assigned_queues(self) -> list[MessageQueue]:
-        return sort_queues(self._process_queues)
+        return self._subscription.assigned_queues()
 
     def current_offsets(self) -> dict[MessageQueue, int]:
         return dict(self.offset_store.offsets) if self.offset_store else {}
 
     def cached_message_count(self) -> int:
         """Messages pulled and not yet consumed, over all queues (flow control works on this per queue)."""
-        return sum(len(pq) for pq in self._process_queues.values())
+        return self._subscription.cached_message_count()

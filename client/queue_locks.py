@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from client.consumer_ops import ConsumerOps
 from client.message import MessageQueue
+from client.process_queue import ProcessQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.jsonlenient import dumps_compact, loads_lenient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QueueLocks", "LOCK_RENEW_INTERVAL"]
+__all__ = ["LOCK_RENEW_INTERVAL", "BatchLocks", "LockKeeper", "QueueLocks"]
 
 LOCK_RENEW_INTERVAL = 20.0
 
@@ -108,3 +111,63 @@ class QueueLocks:
                 log.debug("UNLOCK_BATCH_MQ refused by %s: %s %s", mqs[0].broker_name, reply.code, reply.remark)
         except Exception as exc:
             log.debug("UNLOCK_BATCH_MQ for %d queue(s) of %s failed: %s", len(mqs), mqs[0].broker_name, exc)
+
+
+class BatchLocks(Protocol):
+    """What LockKeeper needs of QueueLocks (tests give a fake)."""
+
+    async def lock(self, mqs: Iterable[MessageQueue]) -> set[MessageQueue]: ...
+
+    async def unlock(self, mqs: Iterable[MessageQueue]) -> None: ...
+
+
+class LockKeeper:
+    """Keeps the broker locks of an orderly CLUSTERING consumer's assigned queues: periodic renewal, and relocking
+    a queue whose lock lapsed (asked by the orderly consume service).
+
+    `guard` is the lock that serialises changes to the assignment (the rebalance coordinator holds it while it adds
+    or drops queues), so a queue being dropped and unlocked is never locked again behind the coordinator's back."""
+
+    def __init__(self, locks: BatchLocks, assignment: Mapping[MessageQueue, ProcessQueue], guard: asyncio.Lock,
+                 group: str = "") -> None:
+        self.locks = locks
+        self.assignment = assignment
+        self.guard = guard
+        self.group = group
+        self.stopping = False
+
+    async def run(self, interval: float = LOCK_RENEW_INTERVAL) -> None:
+        """Renew every interval seconds until cancelled; a queue the broker no longer grants stops being consumed."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew()
+            except Exception:
+                log.exception("renewing the queue locks of group %s failed", self.group)
+
+    async def renew(self) -> None:
+        async with self.guard:
+            queues = list(self.assignment.items())
+            if not queues or self.stopping:
+                return
+            now = time.monotonic()
+            granted = await self.locks.lock(mq for mq, _ in queues)
+        for mq, pq in queues:
+            if mq in granted:
+                pq.lock_granted(now)
+            elif pq.locked:
+                log.warning("lost the lock on %s; its consumption pauses until it is locked again", mq)
+                pq.locked = False
+
+    async def relock(self, pq: ProcessQueue) -> bool:
+        """Lock one queue whose lock lapsed; False when refused or the queue was dropped meanwhile."""
+        if pq.dropped or self.stopping:
+            return False
+        now = time.monotonic()
+        if pq.mq not in await self.locks.lock([pq.mq]):
+            return False
+        if pq.dropped or self.stopping:  # dropped meanwhile: do not keep the queue from its next owner
+            await self.locks.unlock([pq.mq])
+            return False
+        pq.lock_granted(now)
+        return True

@@ -365,7 +365,7 @@ def test_orderly_result_is_exported(value):
 
 
 async def test_lock_renewal_refreshes_granted_queues_and_pauses_lost_ones():
-    from client import PushConsumer
+    from client.queue_locks import LockKeeper
 
     class Locks:
         def __init__(self):
@@ -377,23 +377,19 @@ async def test_lock_renewal_refreshes_granted_queues_and_pauses_lost_ones():
         async def unlock(self, mqs):
             self.unlocked.extend(mqs)
 
-    consumer = PushConsumer("cg", "127.0.0.1:9876")
-    consumer._rebalance_lock = asyncio.Lock()
-    consumer._locks = Locks()
     kept, lost = locked_queue(MessageQueue("T", "b", 0)), locked_queue(MessageQueue("T", "b", 1))
     kept.last_lock_time = lost.last_lock_time = time.monotonic() - 25
-    consumer._process_queues = {kept.mq: kept, lost.mq: lost}
-    await consumer._renew_locks()
+    keeper = LockKeeper(Locks(), {kept.mq: kept, lost.mq: lost}, asyncio.Lock(), "cg")
+    await keeper.renew()
     assert kept.holds_lock(time.monotonic() + 20) and not lost.holds_lock()
     # relocking a queue that was dropped meanwhile gives the lock straight back
     lost.dropped = True
-    assert await consumer._relock(lost) is False
+    assert await keeper.relock(lost) is False
     dropped_later = ProcessQueue(MessageQueue("T", "b", 2))
 
     async def lock_then_drop(mqs):
         dropped_later.dropped = True
         return set(mqs)
 
-    consumer._locks.lock = lock_then_drop
-    assert await consumer._relock(dropped_later) is False and consumer._locks.unlocked == [dropped_later.mq]
-    await consumer._instance.shutdown()
+    keeper.locks.lock = lock_then_drop
+    assert await keeper.relock(dropped_later) is False and keeper.locks.unlocked == [dropped_later.mq]
