@@ -16,9 +16,9 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, ElectMasterResponseBody, SyncStateSet
-from conftest import PROJECT_ROOT, free_port
-from .controller_support import ControllerProcess, FakeBroker
-from .wire import WireClient
+from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.controller import ControllerProcess, FakeBroker
+from tests.support.wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from protocol.codes import RequestCode, ResponseCode
-from conftest import PROJECT_ROOT
-from .controller_support import ControllerProcess, FakeBroker
-from .wire import WireClient
+from tests.support.broker_process import PROJECT_ROOT
+from tests.support.controller import ControllerProcess, FakeBroker
+from tests.support.wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"

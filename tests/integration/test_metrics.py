@@ -9,11 +9,11 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port
+from tests.support.broker_process import free_port
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from .wire import WireClient, props, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, send_v2_fields
 
 SUB, SUSPEND = 0x4, 0x2
 

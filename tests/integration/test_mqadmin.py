@@ -12,8 +12,8 @@ import pytest
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from conftest import PROJECT_ROOT, free_port
-from .wire import WireClient, props, send_v2_fields
+from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.wire import WireClient, props, send_v2_fields
 
 CLI_TIMEOUT_S = 30
 

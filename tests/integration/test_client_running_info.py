@@ -8,7 +8,7 @@ import json
 
 from client import ConsumeResult, Message, Producer
 
-from .client_helpers import push_consumer, wait_for
+from tests.support.client_helpers import push_consumer, wait_for
 from .test_mqadmin import mqadmin
 
 
