@@ -401,7 +401,7 @@ async def test_push_consumer_of_a_group_the_broker_does_not_know_fails_to_start(
 
 # --------------------------------------------------------------------------------------------- resendDlq
 async def test_resend_dlq_reaches_only_the_dead_letter_group(retry_broker):
-    from .test_mqadmin import mqadmin
+    from tests.support.admin import mqadmin
 
     ns, topic = retry_broker.namesrv_addr, "C13Resend"
     failing, other = "cg-c13-resend-a", "cg-c13-resend-b"

@@ -290,7 +290,7 @@ async def test_resend_all_and_reset_with_an_online_consumer(console_broker):
 
 async def test_mqadmin_reset_offset_by_time(console_broker):
     """The same broker request (INVOKE_BROKER_TO_RESET_OFFSET) from mqadmin."""
-    from .test_mqadmin import mqadmin, ok_json
+    from tests.support.admin import mqadmin, ok_json
 
     await seed_broker(console_broker.addr)
     ns = console_broker.namesrv_addr

@@ -18,7 +18,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import SyncStateSet
 from tests.support.controller import ControllerProcess, FakeBroker
 from tests.support.etcd import ETCD, EtcdCluster, needs_etcd
-from .test_controller_admin import mqadmin
+from tests.support.admin import mqadmin_in_thread as mqadmin
 from tests.support.wire import WireClient
 
 pytestmark = [needs_etcd, pytest.mark.slow]

@@ -14,7 +14,7 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 
-from .test_mqadmin import mqadmin, ok_json
+from tests.support.admin import mqadmin, ok_json
 from tests.support.controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
 from tests.support.wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
 

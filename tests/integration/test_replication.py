@@ -18,8 +18,8 @@ from protocol.codes import ResponseCode as R
 
 from tests.support.client_helpers import Recorder, push_consumer, wait_for
 from tests.support.broker_process import NamesrvProcess
-from .test_metrics import scrape
-from .test_mqadmin import mqadmin
+from tests.support.admin import scrape
+from tests.support.admin import mqadmin
 from tests.support.wire import WireClient, props, pull_fields, pull_records, send_v2_fields, wait_until
 
 FILE_SIZE = 256 * 1024  # several commit-log files: BLANK markers and file switches are replicated too

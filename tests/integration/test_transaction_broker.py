@@ -19,8 +19,8 @@ from protocol.message import (
     decode_record,
 )
 
-from .test_metrics import scrape
-from .test_mqadmin import mqadmin
+from tests.support.admin import scrape
+from tests.support.admin import mqadmin
 from tests.support.transaction_wire import GROUP, Half, end_fields, half_send  # noqa: F401 (Half used in annotations)
 from tests.support.wire import (
     WireClient,
