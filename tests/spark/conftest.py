@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,25 @@ def spark():
     register(session)
     yield session
     session.stop()
+    _stop_jvm()
+
+
+def _stop_jvm() -> None:
+    """End the driver JVM now (it exits when its stdin closes), so that its shutdown hooks have removed Spark's
+    temporary directories before the run's directory is removed (tests/conftest.py)."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    SparkContext._gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None  # a later session starts a new JVM
+    proc.stdin.close()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 # ---- network mode (issue 29): real clusters on loopback; see tests/support/spark_cluster.py ---------------------
