@@ -25,10 +25,10 @@ from pathlib import Path
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
-sys.path[:0] = [os.path.join(ROOT, "tests"), ROOT]
+sys.path.insert(0, ROOT)
 
-from integration.controller_cluster import FailoverCluster, FollowingProducer, drain_keys  # noqa: E402
-from integration.wire import create_topic  # noqa: E402
+from tests.support.controller_cluster import FailoverCluster, FollowingProducer, drain_keys  # noqa: E402
+from tests.support.wire import create_topic  # noqa: E402
 
 TOPIC = "BenchFailover"
 

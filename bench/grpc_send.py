@@ -2,7 +2,7 @@
 
     python bench/grpc_send.py [--messages 2000] [--limit SECONDS]
 
-Starts the real broker (bench/broker_process.py) with its gRPC endpoint on a free port, creates the topic over
+Starts the real broker (tests/support/broker_process.py) with its gRPC endpoint on a free port, creates the topic over
 remoting, then times, one after the other: the SDK's `Producer.send` (synchronous, one message in flight, in its own
 process: it registers the same protobuf package as protocol.grpc) and this project's `client.Producer.send` (one in
 flight, remoting); then consumption of everything sent, by a new group each: the SDK's SimpleConsumer (POP:
@@ -21,10 +21,12 @@ import sys
 import tempfile
 import time
 
-from broker_process import REPO_ROOT, free_port, prepare_broker
 from pull_phases import phase_push
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from tests.support.broker_process import free_port, prepare_broker  # noqa: E402
 
 SDK = """
 import json, sys, time
@@ -100,7 +102,7 @@ def main() -> int:
     grpc_port = free_port()
     with open(broker.conf_path, "a", encoding="utf-8") as f:
         f.write(f"enableGrpcProxy=true\ngrpcServerPort={grpc_port}\n")
-    print(broker.start())
+    print(broker.start().boot_line)
     try:
         with open(broker.conf_path, encoding="utf-8") as f:
             listen = next(line.split("=", 1)[1].strip() for line in f if line.startswith("listenPort="))

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.broker_process import free_port  # noqa: E402
+from tests.support.broker_process import free_port  # noqa: E402
 from protocol.ha import encode_report  # noqa: E402
 
 ACL = """accounts:

@@ -39,9 +39,11 @@ import sys
 import tempfile
 import time
 
-from broker_process import REPO_ROOT, prepare_broker
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from tests.support.broker_process import prepare_broker  # noqa: E402
 
 from client import Producer  # noqa: E402
 

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 
-from broker_process import free_port
+from tests.support.broker_process import free_port
 
 START_TIMEOUT_S = 90.0  # RabbitMQ's Erlang VM takes several seconds to boot
 STOP_TIMEOUT_S = 20.0

@@ -31,9 +31,11 @@ import sys
 import tempfile
 import time
 
-from broker_process import REPO_ROOT, prepare_broker
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from tests.support.broker_process import prepare_broker  # noqa: E402
 
 from peer_servers import PEERS
 from peer_workloads import (
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     peers: dict[str, dict[str, PhaseResult]] = {}
     skipped: dict[str, str] = {}
     try:
-        print(broker.start(), file=sys.stderr, flush=True)
+        print(broker.start().boot_line, file=sys.stderr, flush=True)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             ours = runner.run(run_ours(f"127.0.0.1:{namesrv_port}", args, broker.pid))
         broker.stop()

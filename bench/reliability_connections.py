@@ -38,13 +38,13 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO, os.path.join(REPO, "tests")]  # the fault suite's probes: the same peers as the tests
+sys.path.insert(0, REPO)  # tests.support: the fault suite's probes, the same peers as the tests
 
-from bench.broker_process import prepare_broker  # noqa: E402
+from tests.support.broker_process import prepare_broker  # noqa: E402
 from protocol.codes import RequestCode  # noqa: E402
 from protocol.command import RemotingCommand, encode_command  # noqa: E402
 from protocol.frame import FrameDecoder  # noqa: E402
-from faults.probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some  # noqa: E402
+from tests.support.probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some  # noqa: E402
 
 MIB = 1024 * 1024
 SCENARIO_S = 10.0
@@ -151,7 +151,7 @@ def main() -> int:
         with open(broker.conf_path, "a", encoding="utf-8") as conf:
             conf.write(f"serverMaxBufferedFrameBytes={args.budget_mib * MIB}\nserverFrameStallTimeoutSeconds=2\n")
         port = int(next(line.split("=", 1)[1] for line in open(broker.conf_path) if line.startswith("listenPort=")))
-        print(broker.start(), flush=True)
+        print(broker.start().boot_line, flush=True)
         try:
             with asyncio.Runner(loop_factory=loop_factory) as runner:
                 runner.run(run(args, port, broker.pid))

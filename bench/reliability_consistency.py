@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.broker_process import BrokerProcess, free_port  # noqa: E402
+from tests.support.broker_process import BrokerProcess, free_port  # noqa: E402
 from client.admin import AdminClient  # noqa: E402
 from protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from protocol.message import RecordError, iter_records  # noqa: E402
@@ -112,7 +112,7 @@ def mib(n: int) -> str:
 
 async def run(args: argparse.Namespace, workdir: str) -> None:
     conf, addr = write_conf(workdir)
-    broker = BrokerProcess(conf, os.path.join(workdir, "broker.log"))
+    broker = BrokerProcess.from_conf(conf, os.path.join(workdir, "broker.log"))
     broker.start()
     store = os.path.join(workdir, "store")
     try:
@@ -153,7 +153,7 @@ async def run(args: argparse.Namespace, workdir: str) -> None:
             await asyncio.sleep(0.5)  # the re-created topic's config reaches topics.json
         broker.kill()
         started = time.monotonic()
-        broker = BrokerProcess(conf, os.path.join(workdir, "broker-2.log"))
+        broker = BrokerProcess.from_conf(conf, os.path.join(workdir, "broker-2.log"))
         broker.start()
         restart_s = time.monotonic() - started
         async with AdminClient(addr) as admin:

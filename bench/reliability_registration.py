@@ -3,7 +3,7 @@ with the number of topics, and does a heartbeat naming thousands of new groups f
 
     python bench/reliability_registration.py [--levels 500,2000,4000,8000] [--groups 1000,3000] [--sample 100]
 
-Starts the real broker (bench/broker_process.py: embedded name server, temporary store) and prints
+Starts the real broker (tests/support/broker_process.py: embedded name server, temporary store) and prints
   * ms per topic creation when the broker already has N topics: UPDATE_AND_CREATE_TOPIC (17), one at a
     time, averaged over --sample new topics, and the same for auto-creation by a first SEND_MESSAGE_V2;
   * the round trip of one HEART_BEAT naming G new CLUSTERING consumer groups (each creates a subscription
@@ -41,11 +41,11 @@ import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [REPO_ROOT, os.path.join(REPO_ROOT, "tests")]
+sys.path.insert(0, REPO_ROOT)
 
-from bench.broker_process import prepare_broker  # noqa: E402
-from faults.probes import LatencyProbe  # noqa: E402
-from integration.wire import WireClient, send_v2_fields  # noqa: E402
+from tests.support.broker_process import prepare_broker  # noqa: E402
+from tests.support.probes import LatencyProbe  # noqa: E402
+from tests.support.wire import WireClient, send_v2_fields  # noqa: E402
 from protocol.codes import RequestCode, ResponseCode  # noqa: E402
 
 FILL_WINDOW = 64  # creation requests in flight while filling up to the next level

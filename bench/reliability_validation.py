@@ -5,7 +5,7 @@
 Starts the broker of this checkout (`python -m broker`, log level WARNING) with maxMessageSize=1024 and
 maxPullSuspendTimeMillis=--cap-ms, then reports:
 
-1. header integers: every integer field of every request (tests/faults/validation_cases.py) with values beyond
+1. header integers: every integer field of every request (tests/support/validation_cases.py) with values beyond
    its Java type, non-numbers and in-range extremes -> response codes per request, cases not answered as
    expected, one sample remark;
 2. consumer offsets: UPDATE_CONSUMER_OFFSET / a pull's commitOffset outside the queue -> code, remark, stored offset;
@@ -45,17 +45,17 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path.insert(0, str(REPO))
 
-from conftest import BrokerProcess  # noqa: E402  (the test suite's broker launcher)
-from faults.validation_cases import (  # noqa: E402
+from tests.support.broker_process import BrokerProcess  # noqa: E402  (the test suite's broker launcher)
+from tests.support.validation_cases import (  # noqa: E402
     GROUP,
     TOPIC,
     prepare,
     request_table,
     run_int_cases,
 )
-from integration.wire import WireClient, pull_fields, send_v2_fields  # noqa: E402
+from tests.support.wire import WireClient, pull_fields, send_v2_fields  # noqa: E402
 from protocol.codes import RequestCode as RC  # noqa: E402
 from protocol.codes import ResponseCode as R  # noqa: E402
 

@@ -23,7 +23,7 @@ import time
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [BENCH_DIR, os.path.dirname(BENCH_DIR)]
 
-from broker_process import BrokerProcess, free_port, write_broker_conf  # noqa: E402
+from tests.support.broker_process import BrokerProcess, free_port, write_broker_conf  # noqa: E402
 from client import Producer  # noqa: E402
 from client.admin import AdminClient  # noqa: E402
 from phases import phase_batch, phase_pipelined  # noqa: E402
@@ -49,8 +49,8 @@ def start_pair(workdir: str, role: str) -> tuple[BrokerProcess, BrokerProcess, i
     with open(slave_conf, "a", encoding="utf-8") as f:
         f.write(f"brokerRole=SLAVE\nbrokerId=1\nenableEmbeddedNamesrv=false\nnamesrvAddr=127.0.0.1:{ns_port}\n"
                 f"haListenPort={free_port()}\n")
-    master = BrokerProcess(master_conf, os.path.join(workdir, f"{role}-master.log"))
-    slave = BrokerProcess(slave_conf, os.path.join(workdir, f"{role}-slave.log"))
+    master = BrokerProcess.from_conf(master_conf, os.path.join(workdir, f"{role}-master.log"))
+    slave = BrokerProcess.from_conf(slave_conf, os.path.join(workdir, f"{role}-slave.log"))
     master.start()
     slave.start()
     return master, slave, ns_port, f"127.0.0.1:{master_port}"

@@ -32,9 +32,11 @@ import sys
 import tempfile
 import time
 
-from broker_process import REPO_ROOT, prepare_broker
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from tests.support.broker_process import prepare_broker  # noqa: E402
 
 from client import Message, Producer, PullConsumer  # noqa: E402
 
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     broker, namesrv_port = prepare_broker(workdir, args.commit_log_size, args.broker_wrapper)
     failed = True
     try:
-        boot = broker.start()
+        boot = broker.start().boot_line
         print(f"{boot} (pid {broker.pid}, store {workdir})", file=sys.stderr, flush=True)
         loop_factory = None
         if not args.no_uvloop:

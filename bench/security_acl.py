@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path.insert(0, str(REPO))
 
-from conftest import BrokerProcess
-from integration.wire import WireClient, send_v2_fields
+from tests.support.broker_process import BrokerProcess
+from tests.support.wire import WireClient, send_v2_fields
 
 from protocol.acl_signature import sign
 from protocol.codes import RequestCode as RC

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path.insert(0, str(REPO))
 
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 from client import Credentials, Message, Producer
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder

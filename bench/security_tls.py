@@ -25,10 +25,10 @@ from pathlib import Path
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [BENCH_DIR, os.path.dirname(BENCH_DIR)]
 
-from broker_process import prepare_broker  # noqa: E402
+from tests.support.broker_process import prepare_broker  # noqa: E402
 from client import Producer  # noqa: E402
 from phases import phase_batch, phase_pipelined  # noqa: E402
-from tests.integration.tls_certs import make_pki  # noqa: E402
+from tests.support.tls_certs import make_pki  # noqa: E402
 
 
 async def measure(namesrv: str, args: argparse.Namespace, ca: str | None) -> dict[str, float]:

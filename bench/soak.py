@@ -30,7 +30,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.broker_process import prepare_broker  # noqa: E402
+from tests.support.broker_process import prepare_broker  # noqa: E402
 from client import Message, Producer, PullConsumer  # noqa: E402
 from client.message import PullStatus, SendStatus  # noqa: E402
 

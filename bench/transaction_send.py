@@ -28,7 +28,7 @@ import time
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [BENCH_DIR, os.path.dirname(BENCH_DIR)]
 
-from broker_process import prepare_broker  # noqa: E402
+from tests.support.broker_process import prepare_broker  # noqa: E402
 from profiling import process_cpu_seconds  # noqa: E402
 from client import LocalTransactionState, Message, Producer, PullConsumer, PullStatus, TransactionProducer  # noqa: E402
 from phases import BODY, TAG, phase_pipelined, run_senders  # noqa: E402

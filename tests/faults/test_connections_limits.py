@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from conftest import PROJECT_ROOT, free_port
+from tests.support.broker_process import PROJECT_ROOT, free_port
 from protocol.codes import RequestCode, ResponseCode
 
-from integration.wire import WireClient
+from tests.support.wire import WireClient
 
-from .probes import LatencyProbe
+from tests.support.probes import LatencyProbe
 
 
 async def _closed_within(reader: asyncio.StreamReader, timeout: float) -> bool:

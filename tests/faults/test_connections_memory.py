@@ -13,9 +13,9 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, encode_command
 
-from integration.wire import WireClient, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, send_v2_fields
 
-from .probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some
+from tests.support.probes import LatencyProbe, peer_closed, raw_connect, rss_bytes, send_some
 
 MIB = 1024 * 1024
 

@@ -9,7 +9,7 @@ import os
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, send_v2_fields, pull_records
+from tests.support.wire import WireClient, pull_fields, send_v2_fields, pull_records
 
 TOPIC = "Phoenix"
 

@@ -10,7 +10,7 @@ import time
 
 from protocol.codes import RequestCode as RC
 
-from integration.wire import WireClient, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, records, send_v2_fields
 
 CQ_FILE_SIZE = 20 * 20_000  # the fixtures' mappedFileSizeConsumeQueue
 

@@ -9,7 +9,7 @@ import time
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, records, send_v2_fields
 
 UNIT = struct.Struct(">qiq")
 TOPIC = "Gappy"

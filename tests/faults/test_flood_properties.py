@@ -13,9 +13,9 @@ from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 from protocol.message import BatchEntry, encode_batch_body
 
-from integration.wire import WireClient, create_topic, pull_records, send_v1_fields, send_v2_fields
+from tests.support.wire import WireClient, create_topic, pull_records, send_v1_fields, send_v2_fields
 
-from .flood_support import bystander_sends, percentile, with_flooder
+from tests.support.flood import bystander_sends, percentile, with_flooder
 
 SECONDS = 10.0
 

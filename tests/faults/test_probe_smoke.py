@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .probes import LatencyProbe, rss_bytes
+from tests.support.probes import LatencyProbe, rss_bytes
 
 
 async def test_latency_probe_sees_a_quiet_broker_answer_quickly(broker):

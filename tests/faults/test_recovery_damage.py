@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port
+from tests.support.broker_process import free_port
 
-from .recovery_support import BODY_HEAD, commit_log_file, expected, fill, flip_byte, pull_all
+from tests.support.recovery import BODY_HEAD, commit_log_file, expected, fill, flip_byte, pull_all
 
 MB = 1024 * 1024
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from .recovery_support import expected, fill, pull_all, run_refused
+from tests.support.recovery import expected, fill, pull_all, run_refused
 
 MB = 1024 * 1024
 EXIT_STORE_FILE_ERROR = 4

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from .recovery_support import expected, fill, pull_all
+from tests.support.recovery import expected, fill, pull_all
 
 QUEUES = (("RebuildA", 0), ("RebuildA", 1), ("RebuildB", 0))
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from integration.wire import WireClient, send_v2_fields
+from tests.support.wire import WireClient, send_v2_fields
 from protocol.codes import RequestCode, ResponseCode
 
-from .probes import LatencyProbe
+from tests.support.probes import LatencyProbe
 
 STALL_BOUND_S = 2.0  # a side client's slowest round trip; the unfixed broker froze for tens of seconds
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import PROJECT_ROOT
+from tests.support.broker_process import PROJECT_ROOT
 
 
 @pytest.mark.slow

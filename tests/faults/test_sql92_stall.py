@@ -18,9 +18,9 @@ from broker.filter.sql92 import MAX_IN_ITEMS, MAX_SELECTOR_LENGTH, MAX_TERMS
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.message import BatchEntry, encode_batch_body
 
-from integration.wire import WireClient, props, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields
 
-from .probes import LatencyProbe
+from tests.support.probes import LatencyProbe
 
 SUB_FLAG = 0x4
 #: A side request answered later than this means the loop was held; the bug held it for 30 s and more.

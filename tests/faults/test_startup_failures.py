@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from tests.support.broker_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

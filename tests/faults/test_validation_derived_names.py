@@ -14,7 +14,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 
 from integration.test_grpc_pop import FAST, Pop, collect, remoting_send
-from integration.wire import WireClient, create_topic, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, create_topic, pull_fields, send_v2_fields
 
 TOPIC = "PopOrders"  # 9 characters
 

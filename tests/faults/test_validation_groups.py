@@ -10,7 +10,7 @@ import pytest
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, send_v2_fields
 
 SUB = 0x4
 BAD_GROUPS = ["bad.group", "with space", "semi;colon", "x" * 256, "tab\tgroup", "trailing-newline\n", "ümlaut", " "]

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from protocol import headers as H
 from protocol.codes import RequestCode as R
 
-from integration.wire import WireClient
+from tests.support.wire import WireClient
 
-from .validation_cases import cases_for, prepare, request_table, run_int_cases
+from tests.support.validation_cases import cases_for, prepare, request_table, run_int_cases
 
 CODES = sorted(request_table(), key=int)
 

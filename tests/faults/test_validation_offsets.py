@@ -6,9 +6,9 @@ from __future__ import annotations
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, send_v2_fields
 
-from .validation_cases import wait_for_log
+from tests.support.validation_cases import wait_for_log
 
 SUB, COMMIT = 0x4, 0x1
 

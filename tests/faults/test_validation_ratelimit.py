@@ -7,9 +7,9 @@ import asyncio
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from integration.wire import WireClient, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, send_v2_fields
 
-from .validation_cases import wait_for_log
+from tests.support.validation_cases import wait_for_log
 
 N = 1000
 MAX_LINES = 3  # first occurrence, plus at most a summary or two if the run crosses a 10 s interval

@@ -10,7 +10,7 @@ from broker.config import BrokerConfig, ConfigError
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from integration.wire import WireClient, pull_fields
+from tests.support.wire import WireClient, pull_fields
 
 SUB, SUSPEND = 0x4, 0x2
 CAP_MS = 1000

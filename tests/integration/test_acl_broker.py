@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT_ROOT, free_port
+from tests.support.broker_process import PROJECT_ROOT, free_port
 
 from protocol.acl_signature import sign
 from protocol.codes import RequestCode, ResponseCode
 
-from .wire import WireClient, pull_fields, send_v2_fields, wait_until
+from tests.support.wire import WireClient, pull_fields, send_v2_fields, wait_until
 
 ACL_YAML = """
 globalWhiteRemoteAddresses:

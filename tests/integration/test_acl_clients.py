@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import PROJECT_ROOT
+from tests.support.broker_process import PROJECT_ROOT
 
 from client import (
     ConsumeResult,

@@ -8,7 +8,7 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.errors import MQBrokerError
 
 from .test_acl_clients import ACL_YAML, APP, WRONG
-from .tls_certs import make_pki
+from tests.support.tls_certs import make_pki
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from protocol.bodies import TopicRouteData
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from .wire import WireClient, pull_fields, send_v2_fields, pull_records
+from tests.support.wire import WireClient, pull_fields, send_v2_fields, pull_records
 
 SUSPEND, SUB = 0x2, 0x4
 

@@ -14,7 +14,7 @@ from protocol.codes import RequestCode as RC, ResponseCode as R, SerializeType
 from protocol.ids import decode_offset_msg_id
 from protocol.message import BatchEntry, encode_batch_body
 
-from .wire import WireClient, props, pull_fields, records, send_v1_fields, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, records, send_v1_fields, send_v2_fields
 
 SUSPEND, SUB, COMMIT = 0x2, 0x4, 0x1
 

@@ -7,8 +7,8 @@ import pytest
 from client import Message, MQBrokerError, Producer, SendStatus
 from client.instance import NameServerClient
 
-from .client_helpers import Recorder, push_consumer, wait_for
-from .test_issue2_cluster import NamesrvProcess
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
+from tests.support.broker_process import NamesrvProcess
 
 
 def async_equals(fn, arg, expected):

@@ -19,9 +19,9 @@ import pytest
 from client import Message, MQBrokerError, Producer
 from client.instance import NameServerClient
 
-from .client_helpers import wait_for
-from .test_issue2_cluster import NamesrvProcess
-from .wire import create_topic
+from tests.support.client_helpers import wait_for
+from tests.support.broker_process import NamesrvProcess
+from tests.support.wire import create_topic
 
 TIMEOUT = 3.0
 SENDERS = 4

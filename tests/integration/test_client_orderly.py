@@ -12,9 +12,9 @@ from client import ConsumeOrderlyResult, Message, Producer, PullConsumer, PullSt
 from client.consumer_ops import ConsumerOps
 from client.message import MessageQueue
 from client.queue_locks import QueueLocks
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
-from .client_helpers import wait_for
+from tests.support.client_helpers import wait_for
 
 QUEUES = 4
 

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 from client import (
     ConsumeResult,
@@ -23,7 +23,7 @@ from client.allocate import AllocateMessageQueueConsistentHash
 from client.instance import local_ip_towards
 from client.message import MessageQueue
 
-from .client_helpers import Recorder, push_consumer, wait_for
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
 
 DELAY_LEVELS = " ".join(f"{100 * (i + 1)}ms" for i in range(18))
 

@@ -11,9 +11,9 @@ import pytest
 
 from client import ConsumeResult, Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.errors import MQBrokerError
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
-from .client_helpers import push_consumer, wait_for
+from tests.support.client_helpers import push_consumer, wait_for
 
 DELAY_LEVELS = " ".join([f"{100 * (i + 1)}ms" for i in range(9)] + ["1s"] * 8 + ["2s"])
 

@@ -11,12 +11,12 @@ import socket
 import time
 
 import pytest
-from conftest import free_port
+from tests.support.broker_process import free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from .console_support import (
+from tests.support.console import (
     GROUP,
     ORDER_BODY,
     TOPIC,
@@ -27,8 +27,8 @@ from .console_support import (
     wait_rendered,
 )
 from .test_acl_broker import write_acl
-from .client_helpers import Recorder, push_consumer, wait_for
-from .wire import WireClient, pull_records, send_v2_fields
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
+from tests.support.wire import WireClient, pull_records, send_v2_fields
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ async def test_resend_all_and_reset_with_an_online_consumer(console_broker):
 
 async def test_mqadmin_reset_offset_by_time(console_broker):
     """The same broker request (INVOKE_BROKER_TO_RESET_OFFSET) from mqadmin."""
-    from .test_mqadmin import mqadmin, ok_json
+    from tests.support.admin import mqadmin, ok_json
 
     await seed_broker(console_broker.addr)
     ns = console_broker.namesrv_addr

@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import BrokerProcess, free_port
+from tests.support.broker_process import BrokerProcess, free_port
 
 from protocol.codes import RequestCode, ResponseCode
 
-from .console_support import http, open_page, start_browser
-from .controller_cluster import FailoverCluster
+from tests.support.console import http, open_page, start_browser
+from tests.support.controller_cluster import FailoverCluster
 from .test_acl_broker import write_acl
-from .wire import WireClient, create_topic, props, send_v2_fields, wait_until
+from tests.support.wire import WireClient, create_topic, props, send_v2_fields, wait_until
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import json
 import time
 
 import pytest
-from conftest import free_port
+from tests.support.broker_process import free_port
 
 from protocol.acl_signature import sign
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.ids import decode_offset_msg_id
 
-from .console_support import http, http_at
-from .wire import WireClient, props, send_v2_fields
+from tests.support.console import http, http_at
+from tests.support.wire import WireClient, props, send_v2_fields
 
 ACL_YAML = """
 globalWhiteRemoteAddresses:

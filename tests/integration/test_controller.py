@@ -16,9 +16,9 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, ElectMasterResponseBody, SyncStateSet
-from conftest import PROJECT_ROOT, free_port
-from .controller_support import ControllerProcess, FakeBroker
-from .wire import WireClient
+from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.controller import ControllerProcess, FakeBroker
+from tests.support.wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
@@ -282,7 +282,7 @@ async def test_broker_embedded_name_server_hosts_a_controller(broker_factory, tm
         await b.heartbeat()
         assert (await b.elect_self()).code == 0
         # mqadmin getSyncStateSet -c: the cluster's groups from the name server (-n), their state from -a
-        from .test_controller_admin import mqadmin
+        from tests.support.admin import mqadmin_in_thread as mqadmin
         shown = await mqadmin("getSyncStateSet", "-a", broker.namesrv_addr, "-c", CLUSTER, "-n",
                               broker.namesrv_addr, "--json")
         assert shown.returncode == 0, shown.stderr

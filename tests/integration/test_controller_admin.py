@@ -6,31 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from protocol.codes import RequestCode, ResponseCode
-from conftest import PROJECT_ROOT
-from .controller_support import ControllerProcess, FakeBroker
-from .wire import WireClient
+from tests.support.admin import mqadmin_in_thread as mqadmin
+from tests.support.controller import ControllerProcess, FakeBroker
+from tests.support.wire import WireClient
 
 CLUSTER = "DefaultCluster"
 GROUP = "broker-a"
-
-
-def _mqadmin(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("NAMESRV_ADDR", None)
-    return subprocess.run([sys.executable, "-m", "client.admin.cli", *args], cwd=PROJECT_ROOT, env=env,
-                          capture_output=True, text=True, timeout=30)
-
-
-async def mqadmin(*args: str) -> subprocess.CompletedProcess:
-    """In a thread: the fake brokers keep heartbeating meanwhile."""
-    return await asyncio.to_thread(_mqadmin, *args)
 
 
 async def _beat(brokers: list[FakeBroker]) -> None:

@@ -16,10 +16,10 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import SyncStateSet
-from .controller_support import ControllerProcess, FakeBroker
-from .etcd_support import ETCD, EtcdCluster, needs_etcd
-from .test_controller_admin import mqadmin
-from .wire import WireClient
+from tests.support.controller import ControllerProcess, FakeBroker
+from tests.support.etcd import ETCD, EtcdCluster, needs_etcd
+from tests.support.admin import mqadmin_in_thread as mqadmin
+from tests.support.wire import WireClient
 
 pytestmark = [needs_etcd, pytest.mark.slow]
 

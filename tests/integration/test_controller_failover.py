@@ -14,9 +14,9 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 
-from .test_mqadmin import mqadmin, ok_json
-from .controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
-from .wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
+from tests.support.admin import mqadmin, ok_json
+from tests.support.controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
+from tests.support.wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
 
 TOPIC = "FailoverTopic"
 
@@ -333,7 +333,7 @@ async def test_acl_controller_mode_signs_and_refuses_strangers(cluster_factory):
     stranger_dir = cluster.workdir / "stranger"
     stranger_dir.mkdir()
     (stranger_dir / "plain_acl.yml").write_text(ACL)
-    from conftest import BrokerProcess
+    from tests.support.broker_process import BrokerProcess
 
     stranger = BrokerProcess(stranger_dir, "broker-f", embedded_namesrv=False, namesrv_addr=cluster.namesrv.addr,
                              extra={"brokerClusterName": "FailCluster", "enableControllerMode": "true",

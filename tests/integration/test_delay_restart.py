@@ -10,7 +10,7 @@ import pytest
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from .wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
 
 DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms"
 TOPIC = "DelayRestart"

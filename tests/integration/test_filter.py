@@ -13,11 +13,11 @@ import time
 import pytest
 
 from broker.filter.sql92 import MAX_IN_ITEMS
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.message import BatchEntry, encode_batch_body
 
-from .wire import WireClient, props, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields
 
 SUSPEND, SUB = 0x2, 0x4
 SELECTOR = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"

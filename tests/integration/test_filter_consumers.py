@@ -23,11 +23,11 @@ from client import (
     SendStatus,
     SubscriptionCheckError,
 )
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 from protocol.codes import RequestCode, ResponseCode
 
-from .client_helpers import Recorder, push_consumer, wait_for
-from .wire import WireClient
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
+from tests.support.wire import WireClient
 
 DELAY_LEVELS = " ".join(f"{100 * (i + 1)}ms" for i in range(18))
 ISSUE_SELECTOR = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"

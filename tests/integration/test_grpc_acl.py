@@ -27,7 +27,7 @@ from protocol.message import iter_records
 
 from .test_acl_broker import signed as signed_remoting
 from .test_grpc_pop import FAST, Pop, ms
-from .wire import WireClient, props, pull_fields, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, send_v2_fields
 
 ACL_YAML = """
 accounts:

@@ -16,7 +16,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .wire import WireClient, create_topic, props, pull_records, send_v2_fields
+from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 TOPIC = "PopOrders"
 GROUP = "PopGroup"

@@ -10,7 +10,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .tls_certs import Pki, make_pki
+from tests.support.tls_certs import Pki, make_pki
 
 CLIENT = (("x-mq-client-id", "tls-test@1@1@abc"),)
 

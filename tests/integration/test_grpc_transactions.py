@@ -17,7 +17,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .wire import WireClient, create_topic, pull_records
+from tests.support.wire import WireClient, create_topic, pull_records
 
 
 METADATA = (("x-mq-client-id", "tx-test@1@1@abc"),)

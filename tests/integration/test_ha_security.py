@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import BrokerProcess, free_port
+from tests.support.broker_process import BrokerProcess, free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
@@ -28,8 +28,8 @@ from protocol.ids import pack_host
 from protocol.message import encode_record
 
 from .test_acl_broker import signed
-from .tls_certs import make_pki
-from .wire import WireClient, props, pull_records, send_v2_fields, wait_until
+from tests.support.tls_certs import make_pki
+from tests.support.wire import WireClient, props, pull_records, send_v2_fields, wait_until
 
 FILE_SIZE = 256 * 1024
 ACL_YAML = """

@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
-from conftest import PROJECT_ROOT, BrokerProcess
+from tests.support.broker_process import PROJECT_ROOT, BrokerProcess
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from .wire import WireClient, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, records, send_v2_fields
 
 QUEUES = 4
 RESTART_BUDGET_S = 10.0
@@ -114,19 +113,6 @@ async def test_second_broker_on_the_same_store_is_refused(broker, tmp_path):
         assert (await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("StillHere"), b"ok")).code == 0
 
 
-def _start_at_info(process: BrokerProcess) -> BrokerProcess:
-    """Like BrokerProcess.start, at log level INFO (the conftest runs brokers at WARNING)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    process.proc = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(process.conf_path), "-l", "INFO"],
-                                    cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, bufsize=1)
-    process._reader = threading.Thread(target=process._drain, args=(process.proc,), daemon=True)
-    process._reader.start()
-    assert process._booted.wait(20), process.log_text()
-    return process
-
-
 async def _wait_for_log(process: BrokerProcess, text: str, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while text not in process.log_text():
@@ -137,7 +123,7 @@ async def _wait_for_log(process: BrokerProcess, text: str, timeout: float = 5.0)
 async def test_info_log_names_clients_and_group_changes(tmp_path):
     process = BrokerProcess(tmp_path, "broker-log")
     try:
-        _start_at_info(process)
+        process.start(log_level="INFO")
         async with await WireClient.connect(process.addr) as first:
             await first.heartbeat("127.0.0.1@one", consumer_group="LogGroup", topic="LogTopic")
             await _wait_for_log(process, "client connected: 127.0.0.1@one")

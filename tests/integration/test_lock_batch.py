@@ -8,7 +8,7 @@ import time
 from protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, MessageQueue, UnlockBatchRequestBody
 from protocol.codes import RequestCode as RC
 
-from .wire import WireClient, wait_until
+from tests.support.wire import WireClient, wait_until
 
 QUEUES = [MessageQueue("LockTopic", "broker-lock", 0), MessageQueue("LockTopic", "broker-lock", 1)]
 

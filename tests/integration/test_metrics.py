@@ -4,37 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port
+from tests.support.broker_process import free_port
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from .wire import WireClient, props, pull_fields, send_v2_fields
+from tests.support.admin import http_get, scrape
+from tests.support.wire import WireClient, props, pull_fields, send_v2_fields
 
 SUB, SUSPEND = 0x4, 0x2
-
-
-def _get(url: str) -> tuple[int, str, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, "", exc.read().decode()
-
-
-async def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    status, content_type, text = await asyncio.get_running_loop().run_in_executor(
-        None, _get, f"http://127.0.0.1:{port}/metrics")
-    assert status == 200 and content_type.startswith("text/plain")
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
 
 
 async def test_metrics_after_traffic(broker_factory):
@@ -92,6 +71,6 @@ async def test_metrics_after_traffic(broker_factory):
         assert after[("rocketmq_messages_out_total", (("topic", "MTopic"),))] == 5
 
     status, _, _ = await asyncio.get_running_loop().run_in_executor(
-        None, _get, f"http://127.0.0.1:{port}/nothing-here")
+        None, http_get, f"http://127.0.0.1:{port}/nothing-here")
     assert status == 404
     assert "rejected SEND_MESSAGE_V2" in broker.log_text()  # warnings reach the log even at WARNING level

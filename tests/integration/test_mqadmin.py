@@ -4,34 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from conftest import PROJECT_ROOT, free_port
-from .wire import WireClient, props, send_v2_fields
-
-CLI_TIMEOUT_S = 30
-
-
-def mqadmin(namesrv: str | None, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("NAMESRV_ADDR", None)
-    argv = [sys.executable, "-m", "client.admin.cli", *args]
-    if namesrv:
-        argv += ["-n", namesrv]
-    return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
-
-
-def ok_json(namesrv: str, *args: str):
-    result = mqadmin(namesrv, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
+from tests.support.admin import mqadmin, ok_json
+from tests.support.broker_process import free_port
+from tests.support.wire import WireClient, props, send_v2_fields
 
 async def _send(broker, topic: str, count: int, *, queue_id: int = 0, key_prefix: str = "k") -> list[dict]:
     acks = []

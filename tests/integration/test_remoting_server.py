@@ -11,7 +11,7 @@ from broker.remoting_server import RemotingServer
 from protocol.codes import ResponseCode, SerializeType
 from protocol.headers import GetMaxOffsetRequestHeader
 
-from .wire import WireClient
+from tests.support.wire import WireClient
 
 ECHO, SLOW, BAD_HEADER, BOOM, NONE, CALLBACK = 900, 901, 902, 903, 904, 905
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from client import Message, Producer
-from conftest import BrokerProcess, free_port
+from tests.support.broker_process import BrokerProcess, free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from .client_helpers import Recorder, push_consumer, wait_for
-from .test_issue2_cluster import NamesrvProcess
-from .test_metrics import scrape
-from .test_mqadmin import mqadmin
-from .wire import WireClient, props, pull_fields, pull_records, send_v2_fields, wait_until
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
+from tests.support.broker_process import NamesrvProcess
+from tests.support.admin import scrape
+from tests.support.admin import mqadmin
+from tests.support.wire import WireClient, props, pull_fields, pull_records, send_v2_fields, wait_until
 
 FILE_SIZE = 256 * 1024  # several commit-log files: BLANK markers and file switches are replicated too
 

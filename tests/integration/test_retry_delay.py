@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.ids import decode_offset_msg_id
 from protocol.message import BatchEntry, encode_batch_body
 
-from .wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
 
 DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms"
 

@@ -15,11 +15,11 @@ import json
 import random
 import time
 
-from conftest import free_port
-from integration.wire import WireClient, send_v2_fields
+from tests.support.broker_process import free_port
+from tests.support.wire import WireClient, send_v2_fields
 from protocol.codes import RequestCode, ResponseCode
 
-from .test_issue2_cluster import NamesrvProcess
+from tests.support.broker_process import NamesrvProcess
 
 CLIENTS = 40  # producers auto-creating topics at once
 TOPICS_PER_CLIENT = 8

@@ -14,7 +14,7 @@ from protocol.command import encode_command
 from protocol.ids import decode_offset_msg_id
 
 from .test_acl_broker import APP, write_acl
-from .wire import WireClient, props, pull_fields, pull_records, records, send_v1_fields, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, pull_records, records, send_v1_fields, send_v2_fields
 
 
 async def _write_together(client: WireClient, cmds) -> list:

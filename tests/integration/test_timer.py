@@ -16,7 +16,7 @@ from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
 from .test_grpc_pop import Pop, collect
-from .wire import WireClient, create_topic, props, pull_records, send_v2_fields
+from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 TOPIC = "Timed"
 CLIENT = (("x-mq-client-id", "timer-test@1@1@abc"),)

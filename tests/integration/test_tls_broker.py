@@ -16,9 +16,9 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.remoting import tls_context
 from protocol.codes import RequestCode as RC
 
-from conftest import PROJECT_ROOT, free_port
-from .tls_certs import Pki, make_pki
-from .wire import WireClient, send_v2_fields
+from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.tls_certs import Pki, make_pki
+from tests.support.wire import WireClient, send_v2_fields
 
 
 @pytest.fixture(scope="module")

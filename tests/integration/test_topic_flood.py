@@ -16,7 +16,7 @@ import time
 import pytest
 
 from protocol.codes import RequestCode, ResponseCode
-from tests.integration.wire import WireClient, create_topic, pull_records, send_v2_fields
+from tests.support.wire import WireClient, create_topic, pull_records, send_v2_fields
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/<pid>/fd")
 

@@ -11,8 +11,8 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from conftest import free_port
-from .wire import WireClient, pull_fields, records, send_v2_fields
+from tests.support.broker_process import free_port
+from tests.support.wire import WireClient, pull_fields, records, send_v2_fields
 
 
 def _config(tmp_path, port: int) -> BrokerConfig:

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import free_port
+from tests.support.broker_process import free_port
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
@@ -19,10 +19,10 @@ from protocol.message import (
     decode_record,
 )
 
-from .test_metrics import scrape
-from .test_mqadmin import mqadmin
-from .transaction_wire import GROUP, Half, end_fields, half_send  # noqa: F401 (Half used in annotations)
-from .wire import (
+from tests.support.admin import scrape
+from tests.support.admin import mqadmin
+from tests.support.transaction_wire import GROUP, Half, end_fields, half_send  # noqa: F401 (Half used in annotations)
+from tests.support.wire import (
     WireClient,
     props,
     pull_fields,

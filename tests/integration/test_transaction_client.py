@@ -18,9 +18,9 @@ from client import (
     TransactionProducer,
 )
 from client import sync as blocking
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
-from .client_helpers import push_consumer, wait_for
+from tests.support.client_helpers import push_consumer, wait_for
 
 # Fast checks; transactionCheckMax 5 rather than 3 so a check run that finds no producer connected (counted by the
 # broker, pitfall 11) cannot exhaust a message while a test is still starting its producer.

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-import interop_probe as probe
+from tests.support import interop_probe as probe
 
 pytestmark = pytest.mark.interop
 

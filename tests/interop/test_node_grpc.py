@@ -3,7 +3,7 @@
 Each test starts the real broker process with `enableGrpcProxy=true`, runs Node scripts from tests/interop/node
 (grpc_*.js, each bounded by its own deadline and by a process timeout here) and asserts on the JSON summary they
 print (NODE_GRPC_DEBUG=1 prints the summaries). What the broker stored, or what a remoting producer put in, is
-checked or fed over the remoting protocol (tests/integration/wire.py), so gRPC <-> remoting interoperation is
+checked or fed over the remoting protocol (tests/support/wire.py), so gRPC <-> remoting interoperation is
 covered both ways.
 
 What this SDK does that a server must live with (1.0.8):
@@ -24,7 +24,7 @@ import os
 import time
 
 import pytest
-from integration.wire import WireClient, create_topic, props, pull_records, send_v2_fields
+from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 

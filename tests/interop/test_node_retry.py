@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-import interop_probe as probe
+from tests.support import interop_probe as probe
 
 pytestmark = pytest.mark.interop
 

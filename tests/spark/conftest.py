@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,8 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("no Java runtime: .ci/run must install openjdk-17-jre-headless")
     pytest.skip("no Java runtime for Spark", allow_module_level=True)
 
-from spark_scenario import BROKER_EXTRA, BrokerStore, populate  # noqa: E402
-
-_ROOT_CONFTEST = Path(__file__).resolve().parent.parent / "conftest.py"
-_spec = importlib.util.spec_from_file_location("_spark_tests_root_conftest", _ROOT_CONFTEST)
-_root = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_root)
-BrokerProcess = _root.BrokerProcess
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.spark_scenario import BROKER_EXTRA, BrokerStore, populate  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -64,13 +60,32 @@ def spark():
     register(session)
     yield session
     session.stop()
+    _stop_jvm()
 
 
-# ---- network mode (issue 29): real clusters on loopback; see cluster_support.py ---------------------------------
+def _stop_jvm() -> None:
+    """End the driver JVM now (it exits when its stdin closes), so that its shutdown hooks have removed Spark's
+    temporary directories before the run's directory is removed (tests/conftest.py)."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    SparkContext._gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None  # a later session starts a new JVM
+    proc.stdin.close()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+# ---- network mode (issue 29): real clusters on loopback; see tests/support/spark_cluster.py ---------------------
 @pytest.fixture(scope="session")
 def net_cluster(tmp_path_factory):
     """Name server + broker-a (master and slave) + broker-b, populated; the slave has caught up."""
-    from cluster_support import start_net_cluster
+    from tests.support.spark_cluster import start_net_cluster
 
     cluster = start_net_cluster(tmp_path_factory.mktemp("net-cluster"), BrokerProcess)
     yield cluster
@@ -80,7 +95,7 @@ def net_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def net_acl_broker(tmp_path_factory):
     """A broker with plain ACL on (aclEnable=true) and a populated topic only the reader account may read."""
-    from cluster_support import start_acl_broker
+    from tests.support.spark_cluster import start_acl_broker
 
     acl = start_acl_broker(tmp_path_factory.mktemp("net-acl"), BrokerProcess)
     yield acl
@@ -90,7 +105,7 @@ def net_acl_broker(tmp_path_factory):
 @pytest.fixture(scope="session")
 def net_retention_broker(tmp_path_factory):
     """A broker whose old commit-log files were deleted: a queue whose minOffset is above 0."""
-    from cluster_support import start_retention_broker
+    from tests.support.spark_cluster import start_retention_broker
 
     loss = start_retention_broker(tmp_path_factory.mktemp("net-loss"), BrokerProcess)
     yield loss

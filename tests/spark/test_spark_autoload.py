@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from integration.wire import WireClient, props, send_v2_fields
+from tests.support.wire import WireClient, props, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from spark_export.startup import PTH_NAME
 

@@ -1,6 +1,6 @@
 """The `rocketmq` format in network mode (issue 29) against real broker processes and a real SparkSession.
 
-The cluster (cluster_support.NetCluster): a standalone name server, broker-a (master + slave, slaveReadEnable) and
+The cluster (tests/support/spark_cluster.py NetCluster): a standalone name server, broker-a (master + slave, slaveReadEnable) and
 broker-b (master), every topic with 4 queues on both. What was sent is recorded as the broker stored it, so each
 read is compared with exact rows: (topic, broker, queue_id, queue_offset, body) as a multiset.
 """
@@ -16,11 +16,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from cluster_support import (
+from tests.support.spark_cluster import (
     ACL_READER, ACL_TOPIC, BATCH_TOPICS, GROUPS, KILL_TOPIC, LOSS_TOPIC, QUEUES, STREAM_TOPIC, Sent, free_port,
     multiset, route,
 )
-from integration.wire import WireClient
+from tests.support.wire import WireClient
 
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from client.remoting import tls_context
-from integration.tls_certs import make_pki
-from integration.wire import WireClient, props, send_v2_fields
+from tests.support.tls_certs import make_pki
+from tests.support.wire import WireClient, props, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
 

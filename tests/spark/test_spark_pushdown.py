@@ -22,7 +22,7 @@ import pytest
 
 from spark_export import pushdown
 from spark_export.startup import PTH_NAME, pth_text
-from spark_scenario import GROUP
+from tests.support.spark_scenario import GROUP
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import BrokerProcess
-from integration.wire import WireClient, props, send_v2_fields
+from tests.support.broker_process import BrokerProcess
+from tests.support.wire import WireClient, props, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
 TOPIC = "ClusterTopic"

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 
-from integration.wire import WireClient, props, send_v2_fields
+from tests.support.wire import WireClient, props, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
-from spark_scenario import DEAD, GROUP, MESSAGES, RETRIED
+from tests.support.spark_scenario import DEAD, GROUP, MESSAGES, RETRIED
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from protocol.hashing import tags_code
 from protocol.message import check_record, decode_record
 
-from spark_scenario import DEAD, GROUP, MESSAGES, RETRIED, TOPICS
+from tests.support.spark_scenario import DEAD, GROUP, MESSAGES, RETRIED, TOPICS
 
 RETRY_TOPIC, DLQ_TOPIC = f"%RETRY%{GROUP}", f"%DLQ%{GROUP}"
 

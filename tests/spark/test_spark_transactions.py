@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import (
-    BrokerProcess,  # the root conftest's class, loaded by tests/spark/conftest.py
-)
-from integration.transaction_wire import end_fields, half_send
-from integration.wire import WireClient
+from tests.support.broker_process import BrokerProcess
+from tests.support.transaction_wire import end_fields, half_send
+from tests.support.wire import WireClient
 
 from protocol.codes import RequestCode as RC
 

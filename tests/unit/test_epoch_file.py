@@ -17,7 +17,7 @@ from broker.store.epoch_file import (
 )
 from broker.store.truncate import truncate_store
 
-from test_store_helpers import make_msg, open_store
+from tests.support.store import make_msg, open_store
 
 E = EpochRecord
 

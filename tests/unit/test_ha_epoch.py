@@ -26,7 +26,7 @@ from protocol.ha_epoch import (
     encode_transfer_header,
 )
 
-from test_store_helpers import make_msg, open_store
+from tests.support.store import make_msg, open_store
 
 
 # ---- sans-I/O ---------------------------------------------------------------------------------------------------

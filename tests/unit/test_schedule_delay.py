@@ -18,7 +18,7 @@ from broker.schedule.delay import (
 from broker.schedule.service import ScheduleMessageService
 from broker.store import GetStatus
 
-from test_store_helpers import BORN_HOST, FakeClock, make_msg, open_store
+from tests.support.store import BORN_HOST, FakeClock, make_msg, open_store
 
 LEVELS_MS = [1000, 5000, 10_000]
 

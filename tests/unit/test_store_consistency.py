@@ -12,7 +12,7 @@ from protocol.message import iter_records
 from broker.store import GetStatus, PutStatus
 from broker.store.consume_queue import CQ_UNIT, FILLER_SIZE, UNIT_SIZE
 
-from test_store_helpers import make_msg, open_store
+from tests.support.store import make_msg, open_store
 
 
 async def fill(store, n, topic="TopicTest", start=0, body=b"p" * 400, queue_id=0):

@@ -14,7 +14,7 @@ from protocol.message import BLANK_MAGIC, decode_record, encode_record, iter_rec
 from broker.store import GetStatus, PutStatus
 from broker.store.consume_queue import UNIT_SIZE
 
-from test_store_helpers import BORN_HOST, CL_SIZE, CQ_UNITS, STORE_HOST, FakeClock, make_msg, open_store, small_config
+from tests.support.store import BORN_HOST, CL_SIZE, CQ_UNITS, STORE_HOST, FakeClock, make_msg, open_store, small_config
 
 FRAME4_RECORD = bytes.fromhex(
     "000000e5daa320a777d18982000000000000000000000000000000000000000000000000000000000000018bcfe56800c0a8000a"

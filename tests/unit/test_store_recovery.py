@@ -12,7 +12,7 @@ from broker.store import GetStatus, PutStatus
 from broker.store import log_scan, recovery
 from broker.store.consume_queue import CQ_UNIT
 
-from test_store_helpers import CL_SIZE, FakeClock, make_msg, open_store
+from tests.support.store import CL_SIZE, FakeClock, make_msg, open_store
 
 
 async def fill(store, n, start=0, body=b"p" * 300):
@@ -235,7 +235,7 @@ async def test_redispatch_handles_ipv6_and_long_topics(tmp_path):
 import shutil  # noqa: E402
 
 from broker.store import MessageStore, StoreFileError  # noqa: E402
-from test_store_helpers import small_config  # noqa: E402
+from tests.support.store import small_config  # noqa: E402
 
 
 async def fill_queues(store, per_queue=150, queues=(("TopicTest", 0), ("TopicTest", 1), ("Other", 0))):

@@ -13,7 +13,7 @@ from broker.store import GetStatus, PutStatus
 from broker.store import message_store as message_store_module
 from broker.store.mapped_file import MappedFile
 
-from test_store_helpers import FakeClock, make_msg, open_store
+from tests.support.store import FakeClock, make_msg, open_store
 
 
 # ---------------------------------------------------------------- flushing

@@ -11,7 +11,7 @@ from broker.tls import TlsSettings
 from client.errors import RemotingConnectError
 from client.remoting import RemotingClient, tls_context
 from protocol.command import RemotingCommand
-from tests.integration.tls_certs import make_pki
+from tests.support.tls_certs import make_pki
 
 ECHO = 4243
 

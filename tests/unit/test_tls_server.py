@@ -17,7 +17,7 @@ from broker.tls import TlsSettings
 from client.remoting import tls_context
 from protocol.command import RemotingCommand, encode_command
 from protocol.frame import FrameDecoder
-from tests.integration.tls_certs import make_pki
+from tests.support.tls_certs import make_pki
 
 ECHO = 4242
 

@@ -9,15 +9,15 @@ import asyncio
 import time
 
 import pytest
-from conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 from client import Message, Producer
 from protocol.codes import RequestCode as RC
 from protocol.codes import ResponseCode as R
 
-from .client_helpers import Recorder, push_consumer, wait_for
-from .test_issue2_cluster import NamesrvProcess
-from .wire import WireClient, create_topic, props, send_v2_fields
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
+from tests.support.broker_process import NamesrvProcess
+from tests.support.wire import WireClient, create_topic, props, send_v2_fields
 
 
 @pytest.fixture

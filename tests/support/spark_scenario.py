@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from integration.wire import WireClient, props, pull_fields, records, send_v2_fields
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.message import BatchEntry, encode_batch_body
 

@@ -16,14 +16,14 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import PROJECT_ROOT, BrokerProcess, free_port
+from tests.support.broker_process import PROJECT_ROOT, BrokerProcess, free_port
 from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.bodies import ClusterInfo
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, EpochEntryCache, ReplicasInfo
 
-from .test_issue2_cluster import NamesrvProcess
-from .wire import WireClient, props, pull_records, send_v2_fields
+from tests.support.broker_process import NamesrvProcess
+from tests.support.wire import WireClient, props, pull_records, send_v2_fields
 
 GROUP = "broker-f"
 CLUSTER = "FailCluster"

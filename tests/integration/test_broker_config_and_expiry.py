@@ -16,8 +16,8 @@ import pytest
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from conftest import PROJECT_ROOT
-from .wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
+from tests.support.broker_process import PROJECT_ROOT
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields, wait_until
 
 ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
 

@@ -8,8 +8,8 @@ import pytest
 from client import Message, MessageValidationError, Producer, SendStatus
 from client.instance import NameServerClient
 
-from .client_helpers import wait_for
-from .test_issue2_cluster import NamesrvProcess
+from tests.support.client_helpers import wait_for
+from tests.support.broker_process import NamesrvProcess
 
 
 @pytest.fixture

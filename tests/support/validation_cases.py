@@ -22,7 +22,7 @@ from protocol.codes import RequestCode as R
 from protocol.codes import ResponseCode as C
 from protocol.message import BatchEntry, encode_batch_body
 
-from integration.wire import WireClient, pull_fields, send_v1_fields, send_v2_fields
+from tests.support.wire import WireClient, pull_fields, send_v1_fields, send_v2_fields
 
 TOPIC = "ValidationTopic"
 GROUP = "validationGroup"

@@ -3,58 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 
 import pytest
 
 from protocol.bodies import TopicRouteData
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from conftest import PROJECT_ROOT, free_port
-from .wire import WireClient, wait_until, send_v2_fields
-
-NAMESRV_BOOT_MARKER = "The Name Server boot success."
-
-
-class NamesrvProcess:
-    """``python -m broker.namesrv -p <port>`` as a subprocess."""
-
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.output: list[str] = []
-        self._booted = threading.Event()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker.namesrv", "-p", str(self.port), "-H", "127.0.0.1", "-l", "WARNING"],
-            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
-        if not self._booted.wait(20):
-            self.stop()
-            raise RuntimeError("name server did not boot:\n" + "".join(self.output))
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            if NAMESRV_BOOT_MARKER in line:
-                self._booted.set()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+from tests.support.broker_process import NamesrvProcess, free_port
+from tests.support.wire import WireClient, wait_until, send_v2_fields
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import time
 
 from protocol.codes import RequestCode
 
-from integration.wire import WireClient
+from tests.support.wire import WireClient
 
 
 class LatencyProbe:

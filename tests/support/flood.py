@@ -1,6 +1,6 @@
 """A bystander's send latencies while another client floods the broker (issue 27's flood findings).
 
-The flooder runs in a process of its own (`python -m faults.flood_support MODE ADDR SECONDS`), as an attacker would:
+The flooder runs in a process of its own (`python -m tests.support.flood MODE ADDR SECONDS`), as an attacker would:
 in the test's own event loop, building thousands of 65 KB frames would stall the bystander's client and be measured
 as broker latency. It prints one JSON line: the count of each response code and one remark per code.
 """
@@ -20,7 +20,7 @@ from protocol.codes import ResponseCode as R
 from protocol.command import RemotingCommand, encode_command
 from protocol.frame import FrameDecoder
 
-from integration.wire import WireClient, send_v2_fields
+from tests.support.wire import WireClient, send_v2_fields
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # ~4,100 properties in ~24 KB (the finding's shape; under the record's 32767-byte limit)
@@ -50,9 +50,9 @@ async def with_flooder(addr: str, mode: str, bystander_topic: str, seconds: floa
                        local_host: str = "127.0.0.1") -> tuple[list[float], dict]:
     """Start the flooder process (mode `autocreate` or `heavy`), run the bystander beside it for `seconds`;
     (bystander latencies, the flooder's answer counts)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "tests")]))
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "faults.flood_support", mode, addr, str(seconds), local_host,
+        sys.executable, "-m", "tests.support.flood", mode, addr, str(seconds), local_host,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(PROJECT_ROOT))
     try:
         started = await asyncio.wait_for(proc.stdout.readline(), 20)  # "ready": connected and flooding

@@ -8,8 +8,8 @@ import json
 
 from client import ConsumeResult, Message, Producer
 
-from .client_helpers import push_consumer, wait_for
-from .test_mqadmin import mqadmin
+from tests.support.client_helpers import push_consumer, wait_for
+from tests.support.admin import mqadmin
 
 
 async def test_consumer_status_and_direct_consumption_through_the_broker(broker):

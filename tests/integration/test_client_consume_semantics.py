@@ -12,7 +12,7 @@ import pytest
 
 from client import ConsumeOrderlyResult, ConsumeResult, Message, Producer, PullConsumer, PullStatus, SendStatus
 
-from .client_helpers import push_consumer, wait_for
+from tests.support.client_helpers import push_consumer, wait_for
 from .test_client_retry import DELAY_LEVELS, read_queue, retry_broker  # noqa: F401  (module fixture)
 
 
@@ -280,7 +280,7 @@ async def test_consume_timeout_cancels_an_async_listener_and_sends_the_message_b
 # --------------------------------------------------------------------------------------------- send-back fallback
 @pytest.fixture
 def two_brokers(broker_factory):
-    from .test_issue2_cluster import NamesrvProcess
+    from tests.support.broker_process import NamesrvProcess
 
     namesrv = NamesrvProcess()
     extra = {"messageDelayLevel": DELAY_LEVELS}
@@ -401,7 +401,7 @@ async def test_push_consumer_of_a_group_the_broker_does_not_know_fails_to_start(
 
 # --------------------------------------------------------------------------------------------- resendDlq
 async def test_resend_dlq_reaches_only_the_dead_letter_group(retry_broker):
-    from .test_mqadmin import mqadmin
+    from tests.support.admin import mqadmin
 
     ns, topic = retry_broker.namesrv_addr, "C13Resend"
     failing, other = "cg-c13-resend-a", "cg-c13-resend-b"

@@ -16,29 +16,24 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import socket
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from integration.wire import WireClient, props, pull_fields, records, send_v2_fields
+from tests.support.broker_process import NamesrvProcess, free_port
+from tests.support.wire import WireClient, props, pull_fields, records, send_v2_fields
 from protocol.acl_signature import sign
 from protocol.bodies import TopicRouteData
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 QUEUES = 4
 BATCH_TOPICS = ("NetOrders", "NetEvents", "NetAudit")
 STREAM_TOPIC = "NetStream"
 KILL_TOPIC = "NetKill"
 TAGS = ("TagA", "TagB", "TagC", None)
 GROUPS = ("broker-a", "broker-b")
-NAMESRV_BOOT_MARKER = "The Name Server boot success."
 PULL_GROUP = "netVerifier"
 PHASE2_FIRST = 10_000  # batch-topic messages numbered from here were sent after NetCluster.boundary_ms
 
@@ -69,51 +64,6 @@ def number(sent: Sent) -> int:
 def multiset(rows: Iterable[Any]) -> Counter:
     """(topic, broker, queue_id, queue_offset, body) of Rows or Sent records, counted."""
     return Counter((r.topic, r.broker, r.queue_id, r.queue_offset, bytes(r.body)) for r in rows)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class NamesrvProcess:
-    """``python -m broker.namesrv`` on a free loopback port."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.output: list[str] = []
-        self._booted = threading.Event()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker.namesrv", "-p", str(port), "-H", "127.0.0.1", "-l", "WARNING"],
-            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
-        if not self._booted.wait(20):
-            self.stop()
-            raise RuntimeError("name server did not boot:\n" + "".join(self.output))
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            if NAMESRV_BOOT_MARKER in line:
-                self._booted.set()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 async def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20.0, interval: float = 0.1) -> Any:

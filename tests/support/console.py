@@ -15,7 +15,7 @@ from http.client import HTTPConnection
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 
-from .wire import WireClient, props, send_v2_fields
+from tests.support.wire import WireClient, props, send_v2_fields
 
 TOPIC = "ConsoleOrders"
 GROUP = "console-group"

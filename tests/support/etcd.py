@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from tests.support.broker_process import free_port
 
 ETCD = shutil.which("etcd")
 needs_etcd = pytest.mark.skipif(ETCD is None, reason="the etcd binary is missing (apt-get install etcd-server)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from client import AllocateMessageQueueByConfig, Message, MessageQueue, Producer
 
-from .client_helpers import Recorder, push_consumer, wait_for
+from tests.support.client_helpers import Recorder, push_consumer, wait_for
 
 
 async def test_config_allocation_consumes_exactly_the_configured_queues(broker):

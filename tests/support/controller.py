@@ -14,8 +14,8 @@ from pathlib import Path
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.controller import SyncStateSet
-from conftest import PROJECT_ROOT, free_port
-from .wire import WireClient
+from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.wire import WireClient
 
 CONTROLLER_BOOT_MARKER = "The Controller boot success."
 

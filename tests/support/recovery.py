@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from conftest import PROJECT_ROOT, BrokerProcess
-from integration.wire import WireClient, props, pull_records, send_v2_fields
+from tests.support.broker_process import PROJECT_ROOT, BrokerProcess
+from tests.support.wire import WireClient, props, pull_records, send_v2_fields
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.ids import decode_offset_msg_id
 from protocol.message import BatchEntry, encode_batch_body

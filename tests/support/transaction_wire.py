@@ -8,7 +8,7 @@ import itertools
 from protocol.codes import RequestCode as RC
 from protocol.ids import decode_offset_msg_id
 
-from .wire import WireClient, props, send_v2_fields
+from tests.support.wire import WireClient, props, send_v2_fields
 
 GROUP = "tx-pg"
 _ids = itertools.count(1)

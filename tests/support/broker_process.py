@@ -1,0 +1,300 @@
+"""The real broker as a child process (``python -m broker -c <conf>``) for the tests and the benchmarks.
+
+Free loopback ports, a generated broker.conf, a bounded wait for the boot line, SIGTERM then SIGKILL on stop.
+The tests build a small-file configuration with :class:`BrokerProcess`; the benchmarks write their own
+configuration (:func:`prepare_broker`) and may log to a file, wrap the interpreter (a profiler) or run another
+entry script.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = str(PROJECT_ROOT)  # the benchmarks' spelling (a str for os.path and sys.path)
+BOOT_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 15.0
+BENCH_BOOT_TIMEOUT_S = 60.0  # benchmark stores pre-allocate larger files
+BENCH_STOP_TIMEOUT_S = 30.0
+BOOT_MARKER = "boot success."
+NAMESRV_BOOT_MARKER = "The Name Server boot success."
+
+
+def free_port() -> int:
+    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def free_listen_port() -> int:
+    """A free port whose companions the broker also opens (VIP: port - 2, HA: port + 1) are free as well."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as vip, \
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM) as ha:
+                vip.bind(("127.0.0.1", port - 2))
+                ha.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free ports (p - 2, p, p + 1) on 127.0.0.1")
+
+
+def _read_conf(path: Path) -> dict[str, str]:
+    """key=value lines of a broker.conf (comments and blank lines skipped)."""
+    settings: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+class BrokerProcess:
+    """A broker subprocess with its own broker.conf and store directory; its output is kept in memory (and copied
+    to ``log_path`` when given) by a reader thread so the pipe never blocks it."""
+
+    def __init__(self, workdir: Path, name: str = "broker-a", *, embedded_namesrv: bool = True,
+                 namesrv_addr: str | None = None, extra: dict[str, object] | None = None,
+                 log_path: str | os.PathLike | None = None, wrapper: str | None = None,
+                 entry: list[str] | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.name = name
+        self.port = free_listen_port()
+        self.namesrv_port = free_port() if embedded_namesrv else None
+        self.store_dir = self.workdir / f"store-{name}"
+        self.conf_path = self.workdir / f"{name}.conf"
+        settings: dict[str, object] = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": name,
+            "brokerIP1": "127.0.0.1",
+            "listenPort": self.port,
+            "storePathRootDir": self.store_dir,
+            "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+            "mappedFileSizeConsumeQueue": 20 * 20_000,
+            "enableEmbeddedNamesrv": "true" if embedded_namesrv else "false",
+            "flushConsumerOffsetInterval": 1000,
+            # small index files (4 MB instead of RocketMQ's 420 MB, pre-allocated per broker)
+            "maxHashSlotNum": 50_000,
+            "maxIndexNum": 200_000,
+            "dashboardPort": 0,  # the web console only where a test asks for it (its default port is shared)
+            "enableGrpcProxy": "false",  # the same for the gRPC endpoint
+        }
+        if self.namesrv_port:
+            settings["namesrvListenPort"] = self.namesrv_port
+        if namesrv_addr:
+            settings["namesrvAddr"] = namesrv_addr
+        settings.update(extra or {})
+        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        self._init_process(log_path, wrapper, entry, BOOT_TIMEOUT_S, STOP_TIMEOUT_S)
+
+    @classmethod
+    def from_conf(cls, conf_path: str | os.PathLike, log_path: str | os.PathLike | None = None,
+                  wrapper: str | None = None, entry: list[str] | None = None) -> "BrokerProcess":
+        """A broker whose broker.conf is already written (the benchmarks' own settings); ports, name and store
+        directory are read back from it."""
+        self = cls.__new__(cls)
+        self.conf_path = Path(conf_path)
+        self.workdir = self.conf_path.parent
+        conf = _read_conf(self.conf_path)
+        self.name = conf.get("brokerName", "broker-a")
+        self.port = int(conf.get("listenPort", "10911"))
+        embedded = conf.get("enableEmbeddedNamesrv", "false").lower() == "true"
+        self.namesrv_port = int(conf.get("namesrvListenPort", "9876")) if embedded else None
+        self.store_dir = Path(conf.get("storePathRootDir", str(Path.home() / "store")))
+        self._init_process(log_path, wrapper, entry, BENCH_BOOT_TIMEOUT_S, BENCH_STOP_TIMEOUT_S)
+        return self
+
+    def _init_process(self, log_path: str | os.PathLike | None, wrapper: str | None, entry: list[str] | None,
+                      boot_timeout: float, stop_timeout: float) -> None:
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.wrapper = shlex.split(wrapper) if wrapper else []  # e.g. a profiler that runs the interpreter
+        self.entry = entry or ["-m", "broker"]  # what the interpreter runs: the broker, or a script wrapping it
+        self.boot_timeout = boot_timeout
+        self.stop_timeout = stop_timeout
+        self.boot_line = ""
+        self.proc: subprocess.Popen | None = None
+        self.output: list[str] = []
+        self._booted = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def namesrv_addr(self) -> str:
+        assert self.namesrv_port, "this broker runs without an embedded name server"
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout: float | None = None, log_level: str = "WARNING") -> "BrokerProcess":
+        """Start the process and wait (bounded) for its boot line; a broker that exits or hangs is killed and
+        reported with the end of its output. Tests that read INFO lines pass log_level="INFO"."""
+        timeout = self.boot_timeout if timeout is None else timeout
+        self._booted.clear()
+        self.boot_line = ""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        log_file = open(self.log_path, "a", encoding="utf-8") if self.log_path is not None else None
+        self.proc = subprocess.Popen(
+            [*self.wrapper, sys.executable, *self.entry, "-c", str(self.conf_path), "-l", log_level],
+            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, bufsize=1,
+        )
+        self._reader = threading.Thread(target=self._drain, args=(self.proc, log_file), daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._booted.wait(0.05):
+                return self
+            if self.proc.poll() is not None:
+                self._reader.join(2)  # the last lines of a broker that exited
+                break
+        code = self.proc.poll()
+        self.kill()
+        where = f" (log: {self.log_path})" if self.log_path is not None else ""
+        state = f"exited with {code}" if code is not None else f"printed no boot line within {timeout:.0f} s"
+        raise RuntimeError(f"broker {self.name} did not boot: {state}{where}:\n" + "".join(self.output[-60:]))
+
+    def _drain(self, proc: subprocess.Popen, log_file: IO[str] | None) -> None:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                self.output.append(line)
+                if log_file is not None:
+                    log_file.write(line)
+                    log_file.flush()
+                if BOOT_MARKER in line and "The broker[" in line:
+                    self.boot_line = line.strip()
+                    self._booted.set()
+        finally:
+            if log_file is not None:
+                log_file.close()
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        """SIGTERM (graceful shutdown), then SIGKILL if it hangs. Returns the exit code."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(self.stop_timeout if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait(10)
+        finally:
+            if self._reader is not None:
+                self._reader.join(2)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown code runs."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(2)
+
+    def log_text(self) -> str:
+        return "".join(self.output)
+
+    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
+        """The log once it contains text (the reader thread copies the broker's output with a small lag)."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return log
+
+
+class NamesrvProcess:
+    """``python -m broker.namesrv -p <port>`` as a subprocess."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.output: list[str] = []
+        self._booted = threading.Event()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker.namesrv", "-p", str(self.port), "-H", "127.0.0.1", "-l", "WARNING"],
+            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self._booted.wait(20):
+            self.stop()
+            raise RuntimeError("name server did not boot:\n" + "".join(self.output))
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if NAMESRV_BOOT_MARKER in line:
+                self._booted.set()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+# ---- the benchmarks' broker: their own configuration (larger files, async flush), logged to a file ---------------
+def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port: int, commit_log_size: int) -> None:
+    """The benchmarks' broker.conf: one async master with an embedded name server, auto-created topics."""
+    lines = [
+        "brokerClusterName=BenchCluster",
+        "brokerName=bench-broker",
+        "brokerId=0",
+        "brokerRole=ASYNC_MASTER",
+        "brokerIP1=127.0.0.1",
+        "listenHost=127.0.0.1",
+        f"listenPort={listen_port}",
+        "enableEmbeddedNamesrv=true",
+        f"namesrvListenPort={namesrv_port}",
+        f"storePathRootDir={store_dir}",
+        f"mappedFileSizeCommitLog={commit_log_size}",
+        "flushDiskType=ASYNC_FLUSH",
+        "autoCreateTopicEnable=true",
+        "autoCreateSubscriptionGroup=true",
+        "defaultTopicQueueNums=4",
+        "enablePropertyFilter=true",
+        "dashboardPort=0",
+        "enableGrpcProxy=false",
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None,
+                   entry: list[str] | None = None) -> tuple[BrokerProcess, int]:
+    """Write workdir/broker.conf (store in workdir/store, two distinct free ports) and return the not yet started
+    broker (logging to workdir/broker.log) with its embedded name server's port."""
+    conf_path = os.path.join(workdir, "broker.conf")
+    listen_port, namesrv_port = free_port(), free_port()
+    while namesrv_port == listen_port:
+        namesrv_port = free_port()
+    write_broker_conf(conf_path, os.path.join(workdir, "store"), listen_port, namesrv_port, commit_log_size)
+    broker = BrokerProcess.from_conf(conf_path, os.path.join(workdir, "broker.log"), wrapper, entry)
+    return broker, namesrv_port
