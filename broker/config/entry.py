@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 __all__ = ["Check", "Key", "key", "key_to_attr", "Positive", "Port", "OneOf", "Range", "Rule"]
 
