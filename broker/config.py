@@ -175,6 +175,8 @@ class BrokerConfig:
     disk_space_warning_level_ratio: int = 90  # project key: refuse sends above this usage
     clean_resource_interval: int = 10_000  # ms between retention runs
     max_message_size: int = 4 * 1024 * 1024
+    # bytes of records one pull answer may carry (RocketMQ's MessageStoreConfig key; the first record always goes)
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
@@ -344,6 +346,7 @@ class BrokerConfig:
             "disk_space_warning_level_ratio": self.disk_space_warning_level_ratio,
             "clean_resource_interval_ms": self.clean_resource_interval,
             "max_message_size": self.max_message_size,
+            "max_transfer_bytes_on_message_in_memory": self.max_transfer_bytes_on_message_in_memory,
             "message_index_enable": self.message_index_enable,
             "max_hash_slot_num": self.max_hash_slot_num,
             "max_index_num": self.max_index_num,
@@ -397,6 +400,7 @@ class BrokerConfig:
             "mapped_file_size_commit_log",
             "mapped_file_size_consume_queue",
             "max_message_size",
+            "max_transfer_bytes_on_message_in_memory",
             "frame_max_length",
             "default_topic_queue_nums",
             "max_hash_slot_num",
