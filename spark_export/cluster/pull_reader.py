@@ -1,8 +1,8 @@
 """Executor side of a network read: pull one queue's exact offset range [start, end) and decode it into Arrow.
 
-The range is cut into chunks of `pullBatchSize` offsets; a few chunks are pulled at once (pipelining hides the
-round trips) and handed on strictly in offset order, so memory is bounded by chunks in flight x pull size, never
-by the range. A pull answer is a run of commit-log records; records at or past a chunk's end are cut off (a
+The range is cut into chunks of `pullBatchSize` offsets, or fewer once the broker's byte cap on an answer showed
+that fewer fit in one answer; a few chunks are pulled at once (pipelining hides the round trips) and handed on
+strictly in offset order, so memory is bounded by chunks in flight x pull size, never by the range. A pull answer is a run of commit-log records; records at or past a chunk's end are cut off (a
 filtered pull may scan ahead), and the chunk goes on at `nextBeginOffset` until it is complete. Answers are
 decoded many pulls at a time by the same vectorised decoder the file source uses.
 
@@ -41,6 +41,7 @@ _NOT_PULLED = -1  # walk_chain's base for records that are not a slice of a comm
 _DECODE_BYTES = 8 << 20  # decode once this much pulled data waits (and at the end)
 _RETRY_WINDOW_S = 60.0  # how long a chunk may make no progress (replicas down, failover under way) before failing
 _BEHIND_RETRIES = 8  # PULL_NOT_FOUND inside a planned range: re-asks before it counts as data loss
+_CAP_MARGIN = 0.95  # chunks aim below the broker's answer cap: records of varying size would spill into a 2nd pull
 _FATAL = {ResponseCode.TOPIC_NOT_EXIST: "the topic no longer exists",
           ResponseCode.NO_PERMISSION: "permission denied",
           ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "the consumer group does not exist (set option consumerGroup)"}
@@ -62,7 +63,12 @@ def _queue_offsets(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 class RangePuller:
-    """Pulls [start, end) of one queue, in order, as record runs (bytes) and their counts."""
+    """Pulls [start, end) of one queue, in order, as record runs (bytes) and their counts.
+
+    Chunks are sized to what one pull answer holds: a broker caps an answer in bytes (256 KiB by default,
+    maxTransferBytesOnMessageInMemory), so a chunk of pullBatchSize offsets of larger records would need a second,
+    small pull for its tail. Once an answer came back short, the chunk size follows the largest short answer's
+    bytes divided by the bytes per offset of the latest answer, with a margin for records of varying size."""
 
     def __init__(self, client: ClusterClient, queue: QueueRef, addrs: tuple[str, ...]) -> None:
         self.client = client
@@ -70,6 +76,23 @@ class RangePuller:
         self.queue = queue
         self.addrs = addrs
         self.current = 0  # index of the replica in use
+        self.answer_cap = 0  # bytes of the largest answer the broker cut short (0: none seen yet)
+        self.bytes_per_offset = 0.0  # of the latest answer
+
+    def stride(self) -> int:
+        """Offsets per chunk: pullBatchSize, or fewer when the broker's byte cap would cut such a chunk."""
+        limit = self.options.pull_batch_size
+        if self.answer_cap and self.bytes_per_offset:
+            return max(1, min(limit, int(self.answer_cap * _CAP_MARGIN / self.bytes_per_offset)))
+        return limit
+
+    def observe(self, asked: int, covered: int, size: int) -> None:
+        """An answer to a pull of `asked` offsets covered `covered` offsets in `size` bytes."""
+        if covered <= 0:
+            return
+        self.bytes_per_offset = size / covered
+        if covered < asked:  # cut short: the byte cap (or the end of a consume-queue file: a smaller answer)
+            self.answer_cap = max(self.answer_cap, size)
 
     def lost(self, lo: int, hi: int, why: str) -> None:
         text = (f"rocketmq: data loss in {self.queue}: offsets [{lo}, {hi}) are not on the broker ({why})")
@@ -78,14 +101,16 @@ class RangePuller:
         log.warning("%s; skipped (failOnDataLoss=false)", text)
 
     async def runs(self, start: int, end: int) -> AsyncIterator[tuple[bytes, int]]:
-        """(records, count) in offset order; `pullsInFlight` chunks are fetched at once."""
-        stride = self.options.pull_batch_size
-        bounds = deque((lo, min(lo + stride, end)) for lo in range(start, end, stride))
+        """(records, count) in offset order; `pullsInFlight` chunks are fetched at once. count is the number of
+        records, or, for an answer that needed no cut, the offsets it covers (the same unless units were missing)."""
+        lo = start
         running: deque[asyncio.Task] = deque()
         try:
-            while bounds or running:
-                while bounds and len(running) < self.options.pulls_in_flight:
-                    running.append(asyncio.ensure_future(self.chunk(*bounds.popleft())))
+            while lo < end or running:
+                while lo < end and len(running) < self.options.pulls_in_flight:
+                    hi = min(lo + self.stride(), end)
+                    running.append(asyncio.ensure_future(self.chunk(lo, hi)))
+                    lo = hi
                 for run in await running.popleft():
                     yield run
         finally:
@@ -101,8 +126,9 @@ class RangePuller:
         behind = 0
         stalled_since: float | None = None
         while offset < hi:
+            asked = min(hi - offset, self.options.pull_batch_size)
             try:
-                reply = await self.pull(offset, hi - offset)
+                reply = await self.pull(offset, asked)
             except (RemotingError, _Unavailable) as exc:
                 stalled_since = stalled_since or time.monotonic()
                 if time.monotonic() - stalled_since > _RETRY_WINDOW_S:
@@ -114,12 +140,19 @@ class RangePuller:
             code = reply.code
             if code == ResponseCode.SUCCESS:
                 stalled_since, behind = None, 0
-                body, count = self.keep_below(reply.body or b"", hi)
-                if count:
-                    runs.append((body, count))
                 if reply.next_begin <= offset:
                     raise ClusterReadError(f"rocketmq: {reply.addr} answered a pull of {self.queue} at {offset} "
                                            f"with next offset {reply.next_begin}")
+                body = reply.body or b""
+                self.observe(asked, reply.next_begin - offset, len(body))
+                if reply.next_begin <= hi and not self.options.filtered:
+                    # the records of offsets [offset, next_begin): all below hi, one per offset (the decoder walks
+                    # and checks them later, so no walk here)
+                    count = reply.next_begin - offset if body else 0
+                else:  # a filtered pull: count what matched, and cut what it scanned past the chunk off
+                    body, count = self.keep_below(body, hi)
+                if count:
+                    runs.append((body, count))
                 offset = reply.next_begin
             elif code == ResponseCode.PULL_RETRY_IMMEDIATELY:
                 if reply.next_begin > offset:  # examined, nothing matched the expression
@@ -159,7 +192,7 @@ class RangePuller:
             if not self.addrs:
                 raise _Unavailable(f"no address for broker {self.queue.broker!r} in the route")
         addr = self.addrs[self.current % len(self.addrs)]
-        reply = await self.client.pull(self.queue, addr, offset, min(wanted, self.options.pull_batch_size))
+        reply = await self.client.pull(self.queue, addr, offset, wanted)
         if reply.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
             raise _Unavailable(f"{addr}: {reply.remark} (code {reply.code})")
         return reply
@@ -215,26 +248,33 @@ def read_range(options: ClusterOptions, queue: QueueRef, addrs: tuple[str, ...],
     client = ClusterClient(options)
     runs = RangePuller(client, queue, addrs).runs(start, end)
     try:
-        waiting: list[bytes] = []
-        size = rows = 0
-        while True:
-            try:
-                body, count = client.run(runs.__anext__())
-            except StopAsyncIteration:
-                break
-            waiting.append(body)
-            size += len(body)
-            rows += count
-            if rows >= options.batch_rows or size >= _DECODE_BYTES:
+        for _ in range(end - start + 1):  # bounded: every batch but the last holds at least one record
+            waiting, more = client.run(_next_batch(runs, options.batch_rows))
+            if waiting:
                 yield from _decoded(waiting, decode, schema, tags)
-                waiting, size, rows = [], 0, 0
-        if waiting:
-            yield from _decoded(waiting, decode, schema, tags)
+            if not more:
+                break
     finally:
         try:
             client.run(runs.aclose())  # a read stopped early (a LIMIT) cancels the pulls in flight
         finally:
             client.close()
+
+
+async def _next_batch(runs: AsyncIterator[tuple[bytes, int]], batch_rows: int) -> tuple[list[bytes], bool]:
+    """The next record runs to decode together (about batch_rows records, at most ~_DECODE_BYTES), and whether
+    more may follow. Collected in one visit to the event loop rather than one per pull answer."""
+    waiting: list[bytes] = []
+    size = rows = 0
+    while rows < batch_rows and size < _DECODE_BYTES:
+        try:
+            body, count = await runs.__anext__()
+        except StopAsyncIteration:
+            return waiting, False
+        waiting.append(body)
+        size += len(body)
+        rows += count
+    return waiting, True
 
 
 def _decoded(bodies: list[bytes], decode: DecodeOptions, schema: pa.Schema,

@@ -261,18 +261,21 @@ class NamesrvProcess:
 
 
 # ---- the benchmarks' broker: their own configuration (larger files, async flush), logged to a file ---------------
-def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port: int, commit_log_size: int) -> None:
-    """The benchmarks' broker.conf: one async master with an embedded name server, auto-created topics."""
+def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port: int, commit_log_size: int,
+                      broker_name: str = "bench-broker", namesrv_addr: str | None = None,
+                      extra: dict[str, object] | None = None) -> None:
+    """The benchmarks' broker.conf: one async master with an embedded name server (or registering with the name
+    server at namesrv_addr), auto-created topics; extra: more broker.conf keys."""
     lines = [
         "brokerClusterName=BenchCluster",
-        "brokerName=bench-broker",
+        f"brokerName={broker_name}",
         "brokerId=0",
         "brokerRole=ASYNC_MASTER",
         "brokerIP1=127.0.0.1",
         "listenHost=127.0.0.1",
         f"listenPort={listen_port}",
-        "enableEmbeddedNamesrv=true",
-        f"namesrvListenPort={namesrv_port}",
+        *([f"namesrvAddr={namesrv_addr}", "enableEmbeddedNamesrv=false"] if namesrv_addr else
+          ["enableEmbeddedNamesrv=true", f"namesrvListenPort={namesrv_port}"]),
         f"storePathRootDir={store_dir}",
         f"mappedFileSizeCommitLog={commit_log_size}",
         "flushDiskType=ASYNC_FLUSH",
@@ -282,19 +285,24 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
         "enablePropertyFilter=true",
         "dashboardPort=0",
         "enableGrpcProxy=false",
+        *(f"{key}={value}" for key, value in (extra or {}).items()),
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None,
-                   entry: list[str] | None = None) -> tuple[BrokerProcess, int]:
+                   entry: list[str] | None = None, broker_name: str = "bench-broker",
+                   namesrv_addr: str | None = None, extra: dict[str, object] | None = None
+                   ) -> tuple[BrokerProcess, int]:
     """Write workdir/broker.conf (store in workdir/store, two distinct free ports) and return the not yet started
-    broker (logging to workdir/broker.log) with its embedded name server's port."""
+    broker (logging to workdir/broker.log) with its embedded name server's port (unused when namesrv_addr names
+    another broker's name server to register with)."""
     conf_path = os.path.join(workdir, "broker.conf")
     listen_port, namesrv_port = free_port(), free_port()
     while namesrv_port == listen_port:
         namesrv_port = free_port()
-    write_broker_conf(conf_path, os.path.join(workdir, "store"), listen_port, namesrv_port, commit_log_size)
+    write_broker_conf(conf_path, os.path.join(workdir, "store"), listen_port, namesrv_port, commit_log_size,
+                      broker_name, namesrv_addr, extra)
     broker = BrokerProcess.from_conf(conf_path, os.path.join(workdir, "broker.log"), wrapper, entry)
     return broker, namesrv_port

@@ -216,6 +216,14 @@ def test_to_store_config(tmp_path):
     assert store.mapped_file_size_commit_log == 1073741824
     assert store.flush_interval_commit_log_ms == 500 and store.delete_when == "04"
     assert store.store_host == bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
+    assert store.max_transfer_bytes_on_message_in_memory == 256 * 1024
+
+
+def test_pull_answer_cap_from_broker_conf(tmp_path):
+    text = f"storePathRootDir={tmp_path}\nmaxTransferBytesOnMessageInMemory=1048576\n"
+    assert load_broker_config(write(tmp_path, text)).to_store_config().max_transfer_bytes_on_message_in_memory == 1 << 20
+    with pytest.raises(ConfigError, match="maxTransferBytesOnMessageInMemory"):
+        load_broker_config(write(tmp_path, f"storePathRootDir={tmp_path}\nmaxTransferBytesOnMessageInMemory=0\n"))
 
 
 def test_acl_file_defaults_beside_the_conf_and_relative_paths_follow_it(tmp_path):

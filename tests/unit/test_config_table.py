@@ -25,8 +25,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # StoreConfig fields the broker fills from several keys (model.store_config_values), not from one table entry.
 DERIVED_STORE_FIELDS = {"replica", "commit_log_dir", "store_host"}
 # StoreConfig fields that are the store's own tuning, with no broker.conf key: the store's default applies.
-STORE_INTERNAL_FIELDS = {"flush_interval_consume_queue_ms", "disk_check_interval_ms", "delete_files_batch_max",
-                         "max_transfer_bytes_on_message_in_memory"}
+STORE_INTERNAL_FIELDS = {"flush_interval_consume_queue_ms", "disk_check_interval_ms", "delete_files_batch_max"}
 
 
 def test_dataclass_fields_are_the_table():
