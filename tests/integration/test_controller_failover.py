@@ -15,7 +15,8 @@ import pytest
 from protocol.codes import RequestCode, ResponseCode
 
 from tests.support.admin import mqadmin, ok_json
-from tests.support.controller_cluster import FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys
+from tests.support.controller_cluster import (FailoverCluster, FollowingProducer, commit_log_bytes, drain_keys,
+                                              stored_keys)
 from tests.support.wire import WireClient, create_topic, props, pull_fields, send_v2_fields, wait_until
 
 TOPIC = "FailoverTopic"
@@ -104,7 +105,7 @@ async def test_kill_master_elects_in_sync_replica_and_keeps_every_ack(cluster_fa
     finally:
         producer.stopping = True
         await task
-    stored = await drain_keys(new, TOPIC)
+    stored = await stored_keys(new, TOPIC, set(producer.acked))
     missing = set(producer.acked) - stored
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     cache = await cluster.epochs(new)

@@ -215,6 +215,20 @@ async def drain_keys(addr: str, topic: str, queues: int = 2) -> set[str]:
     return keys
 
 
+async def stored_keys(addr: str, topic: str, expected: set[str], timeout: float = 15.0) -> set[str]:
+    """The UNIQ_KEYs stored at addr once `expected` are all readable, or what is readable at the deadline.
+
+    A message is acknowledged once it is appended (and, in controller mode, confirmed by the SyncStateSet); it becomes
+    pullable when the confirm offset reaches the consume-queue dispatch, a moment later: under load the last
+    acknowledged message may not be readable yet at the instant the producer stops."""
+    deadline = time.monotonic() + timeout
+    while True:
+        keys = await drain_keys(addr, topic)
+        if expected <= keys or time.monotonic() >= deadline:
+            return keys
+        await asyncio.sleep(0.2)
+
+
 def commit_log_bytes(broker: BrokerProcess) -> bytes:
     files = sorted((broker.store_dir / "commitlog").iterdir())
     return b"".join(f.read_bytes() for f in files)
