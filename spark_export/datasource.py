@@ -24,11 +24,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_export import pushdown as _pushdown
 from spark_export.brokers import resolve_stores
 from spark_export.cluster.options import ClusterOptions, is_network_read
 from spark_export.decode import DecodeOptions, decode_consume_queue, iter_message_batches
 from spark_export.index_files import lookup_offsets
+import spark_export.pushdown as _pushdown  # looked up per call: tests switch the version gate
 from spark_export.pushdown import Pushdown, collect_filters, read_filter_mask, reader_takes_filters
 from spark_export.records import DEFAULT_BATCH_ROWS, ChainEnd, locate_records
 from spark_export.schema import OFFSETS_ARROW, TOPICS_ARROW, arrow_for, ddl_for

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import keys_broker, keys_network, keys_replication, keys_security, keys_store
+from .keys_broker import KEYS as BROKER_KEYS
+from .keys_network import KEYS as NETWORK_KEYS
+from .keys_replication import KEYS as REPLICATION_KEYS
+from .keys_security import KEYS as SECURITY_KEYS
+from .keys_store import KEYS as STORE_KEYS
 from .entry import Key
 
 __all__ = ["TABLE", "BY_ATTR", "BY_KEY", "CONCERNS"]
@@ -40,7 +44,6 @@ def _join(tables: Iterable[tuple[Key, ...]]) -> tuple[Key, ...]:
     return tuple(out)
 
 
-TABLE: tuple[Key, ...] = _join(module.KEYS for module in (keys_broker, keys_network, keys_security, keys_store,
-                                                          keys_replication))
+TABLE: tuple[Key, ...] = _join((BROKER_KEYS, NETWORK_KEYS, SECURITY_KEYS, STORE_KEYS, REPLICATION_KEYS))
 BY_ATTR: dict[str, Key] = {entry.attr: entry for entry in TABLE}
 BY_KEY: dict[str, Key] = {entry.name: entry for entry in TABLE}

@@ -54,14 +54,7 @@ async def resolve_starts(client: ClusterClient, homes: Homes, options: ClusterOp
     spec = options.starting_offsets or default
     given: dict[QueueRef, int] = {}
     if isinstance(spec, dict):
-        for topic, brokers in spec.items():
-            for broker, queues in brokers.items():
-                for queue_id, offset in queues.items():
-                    ref = QueueRef(topic, broker, queue_id)
-                    if ref not in homes:
-                        raise ClusterReadError(f"rocketmq: startingOffsets names {ref}, which the route of "
-                                               f"{topic!r} does not list")
-                    given[ref] = offset
+        given = _listed(spec, homes, "startingOffsets")
         spec = default
     want_earliest = [q for q in homes if given.get(q, EARLIEST if spec == "earliest" else LATEST) == EARLIEST]
     want_latest = [q for q in homes if given.get(q, EARLIEST if spec == "earliest" else LATEST) == LATEST]
@@ -76,18 +69,22 @@ async def resolve_starts(client: ClusterClient, homes: Homes, options: ClusterOp
 def resolve_ends(latest: Offsets, homes: Homes, options: ClusterOptions) -> Offsets:
     """Where a batch read ends (exclusive): endingOffsets JSON entries, the latest offset for the others."""
     latest = dict(latest)
-    spec = options.ending_offsets
-    if isinstance(spec, dict):
-        for topic, brokers in spec.items():
-            for broker, queues in brokers.items():
-                for queue_id, offset in queues.items():
-                    ref = QueueRef(topic, broker, queue_id)
-                    if ref not in homes:
-                        raise ClusterReadError(f"rocketmq: endingOffsets names {ref}, which the route of "
-                                               f"{topic!r} does not list")
-                    if offset != LATEST:
-                        latest[ref] = offset
+    if isinstance(options.ending_offsets, dict):
+        latest.update({q: o for q, o in _listed(options.ending_offsets, homes, "endingOffsets").items() if o != LATEST})
     return latest
+
+
+def _listed(spec: Mapping, homes: Homes, option: str) -> Offsets:
+    """The queues an offsets JSON option names, each checked against the route."""
+    given: Offsets = {}
+    for topic, brokers in spec.items():
+        for broker, queues in brokers.items():
+            for queue_id, offset in queues.items():
+                ref = QueueRef(topic, broker, queue_id)
+                if ref not in homes:
+                    raise ClusterReadError(f"rocketmq: {option} names {ref}, which the route of {topic!r} does not list")
+                given[ref] = offset
+    return given
 
 
 def starts_past_end(starts: Offsets, latest: Offsets, options: ClusterOptions) -> Offsets:
