@@ -42,6 +42,7 @@ from protocol.command import RemotingCommand, decode_command, encode_command
 from protocol.frame import FrameDecoder
 from protocol.ids import offset_msg_id, pack_host
 from protocol.message import BatchEntry, decode_record, encode_batch_body
+from tests.support.broker_process import free_port as _free_port
 
 KEY, SECRET = "probe_admin", "probe_secret"
 TOPICS = ["TopAlpha", "TopBravo", "TopCharlie"]
@@ -156,11 +157,6 @@ class _Transport:
     def resume_reading(self) -> None:
         pass
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Harness:

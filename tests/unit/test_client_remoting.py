@@ -17,6 +17,7 @@ from protocol.codes import SerializeType
 from protocol.command import RemotingCommand, decode_command, encode_command
 from protocol.headers import SendMessageRequestHeader
 from protocol.properties import decode_properties
+from tests.support.broker_process import free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -82,15 +83,6 @@ async def peers():
     for peer in started:
         await peer.stop()
 
-
-def free_port():
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # ----------------------------------------------------------------------------------------------- transport

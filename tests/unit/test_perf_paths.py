@@ -23,12 +23,8 @@ from protocol.hashing import index_key_hash
 from protocol.ids import UniqKeyGenerator
 from protocol.message import BatchEntry, decode_batch_body, encode_batch_body, iter_batch_entries
 from protocol.properties import decode_properties, encode_properties, scan_producer_properties
+from tests.support.broker_process import free_port
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 FIXED_MS = 1_763_712_000_123

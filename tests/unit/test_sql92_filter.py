@@ -22,6 +22,7 @@ from protocol.hashing import java_string_hash
 from protocol.ids import pack_host
 from protocol.message import encode_record
 from protocol.properties import encode_properties
+from tests.support.broker_process import free_port as _free_port
 
 
 def _record(props: dict[str, str], *, topic: str = "T", body: bytes = b"body", v6: bool = False) -> bytes:
@@ -185,13 +186,6 @@ class _Transport:
     def abort(self) -> None:
         pass
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _opaques(transport: _Transport) -> list[int]:
