@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.client_helpers import DELAY_LEVELS
 
 _RUN_DIR = pytest.StashKey[Path]()
 
@@ -75,6 +76,16 @@ def grpc_broker_factory(broker_factory):
 def shared_broker(tmp_path_factory):
     """One broker for a whole test module (tests use distinct topics/groups)."""
     broker = BrokerProcess(tmp_path_factory.mktemp("shared"), "broker-shared").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def retry_broker(tmp_path_factory):
+    """One broker per test module with the short DELAY_LEVELS of tests.support.client_helpers, for the client's
+    retry and consumption tests."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("client-retry"), "broker-retry",
+                           extra={"messageDelayLevel": DELAY_LEVELS}).start()
     yield broker
     broker.stop()
 

@@ -6,50 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from tests.support.broker_process import PROJECT_ROOT, free_port
 
-from protocol.acl_signature import sign
 from protocol.codes import RequestCode, ResponseCode
 
+from tests.support.acl import ADMIN, assert_refused, signed, write_acl
 from tests.support.wire import WireClient, pull_fields, send_v2_fields, wait_until
-
-ACL_YAML = """
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: broker_admin
-    secretKey: admin-secret-1
-    admin: true
-  - accessKey: app_key01
-    secretKey: app_secret01
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - Orders=PUB|SUB
-      - Reports={reports}
-    groupPerms:
-      - billing=DENY
-  - accessKey: white_key1
-    secretKey: white_secret1
-    whiteRemoteAddress: 127.0.0.1
-"""
-APP = ("app_key01", "app_secret01")
-ADMIN = ("broker_admin", "admin-secret-1")
-
-
-def write_acl(path: Path, reports: str = "SUB") -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(ACL_YAML.replace("{reports}", reports))
-    os.replace(tmp, path)
-
-
-async def signed(client: WireClient, code: int, ext: dict, body: bytes = b"", creds=APP):
-    fields = dict(ext, AccessKey=creds[0])
-    fields["Signature"] = sign(creds[1], fields, body)
-    return await client.request(code, fields, body)
-
 
 def heartbeat_body(group: str, topic: str) -> bytes:
     return json.dumps({"clientID": "acl-client", "producerDataSet": [], "consumerDataSet": [{
@@ -63,10 +27,6 @@ def heartbeat_body(group: str, topic: str) -> bytes:
 def acl_broker(broker_factory, tmp_path):
     write_acl(tmp_path / "plain_acl.yml")  # the default aclFile: beside the broker's .conf
     return broker_factory(extra={"aclEnable": "true"})
-
-
-def assert_refused(resp, remark: str) -> None:
-    assert (resp.code, resp.remark) == (ResponseCode.SYSTEM_ERROR, "AclException: " + remark), (resp.code, resp.remark)
 
 
 async def test_requests_are_judged_by_account_signature_and_permission(acl_broker):

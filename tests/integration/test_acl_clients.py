@@ -17,7 +17,6 @@ from tests.support.broker_process import PROJECT_ROOT
 
 from client import (
     ConsumeResult,
-    Credentials,
     Message,
     MQBrokerError,
     Producer,
@@ -27,26 +26,8 @@ from client import (
     sync,
 )
 
-ACL_YAML = """
-globalWhiteRemoteAddresses:
-accounts:
-  - accessKey: ops_admin_01
-    secretKey: "0p5-s3cret"
-    admin: true
-  - accessKey: orders_app
-    secretKey: orders-secret-1
-    admin: false
-    defaultTopicPerm: DENY
-    defaultGroupPerm: SUB
-    topicPerms:
-      - Orders=PUB|SUB
-      - Payroll=SUB
-    groupPerms:
-      - billing=DENY
-"""
-ADMIN = Credentials("ops_admin_01", "0p5-s3cret")
-APP = Credentials("orders_app", "orders-secret-1")
-WRONG = Credentials("orders_app", "not-the-secret")
+from tests.support.acl import CLIENT_ACL_YAML as ACL_YAML
+from tests.support.acl import CLIENT_ADMIN as ADMIN, CLIENT_APP as APP, CLIENT_WRONG as WRONG
 
 
 @pytest.fixture

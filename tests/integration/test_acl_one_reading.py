@@ -15,7 +15,7 @@ from protocol.acl_signature import sign
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.ids import decode_offset_msg_id
 
-from .test_acl_broker import ADMIN, APP, assert_refused, signed, write_acl
+from tests.support.acl import ADMIN, APP, assert_refused, signed, write_acl
 from tests.support.wire import WireClient, pull_fields, send_v1_fields, send_v2_fields
 
 CREATE = {"defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",

@@ -7,7 +7,7 @@ import pytest
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.errors import MQBrokerError
 
-from .test_acl_clients import ACL_YAML, APP, WRONG
+from tests.support.acl import CLIENT_ACL_YAML as ACL_YAML, CLIENT_APP as APP, CLIENT_WRONG as WRONG
 from tests.support.tls_certs import make_pki
 
 

@@ -12,8 +12,7 @@ import pytest
 
 from client import ConsumeOrderlyResult, ConsumeResult, Message, Producer, PullConsumer, PullStatus, SendStatus
 
-from tests.support.client_helpers import push_consumer, wait_for
-from .test_client_retry import DELAY_LEVELS, read_queue, retry_broker  # noqa: F401  (module fixture)
+from tests.support.client_helpers import DELAY_LEVELS, push_consumer, read_queue, wait_for
 
 
 async def send_all(ns: str, topic: str, bodies: list[bytes], queues: int = 1) -> list:

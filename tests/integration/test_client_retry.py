@@ -7,23 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 
-from client import ConsumeResult, Message, Producer, PullConsumer, PullStatus, SendStatus
-from client.errors import MQBrokerError
-from tests.support.broker_process import BrokerProcess
+from client import ConsumeResult, Message, Producer, SendStatus
 
-from tests.support.client_helpers import push_consumer, wait_for
-
-DELAY_LEVELS = " ".join([f"{100 * (i + 1)}ms" for i in range(9)] + ["1s"] * 8 + ["2s"])
-
-
-@pytest.fixture(scope="module")
-def retry_broker(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("client-retry"), "broker-retry",
-                           extra={"messageDelayLevel": DELAY_LEVELS}).start()
-    yield broker
-    broker.stop()
+from tests.support.client_helpers import push_consumer, read_queue, wait_for
 
 
 async def send_one(ns: str, topic: str, body: bytes, **kwargs):
@@ -31,25 +18,6 @@ async def send_one(ns: str, topic: str, body: bytes, **kwargs):
         result = await producer.send(Message(topic, body, keys=["k-" + body.decode()]), **kwargs)
     assert result.status is SendStatus.SEND_OK
     return result
-
-
-async def read_queue(ns: str, group: str, topic: str) -> list:
-    """Every message currently stored in topic (all queues), read with a PullConsumer."""
-    out = []
-    async with PullConsumer(group + "-reader", ns) as pull:
-        try:
-            queues = await pull.fetch_message_queues(topic)
-        except MQBrokerError:
-            return out  # the topic was never created
-        for mq in queues:
-            offset = 0
-            for _ in range(50):
-                result = await pull.pull(mq, "*", offset, 32)
-                if result.status is not PullStatus.FOUND:
-                    break
-                out.extend(result.messages)
-                offset = result.next_begin_offset
-    return out
 
 
 class Deliveries:

@@ -26,7 +26,7 @@ from tests.support.console import (
     start_browser,
     wait_rendered,
 )
-from .test_acl_broker import write_acl
+from tests.support.acl import write_acl
 from tests.support.client_helpers import Recorder, push_consumer, wait_for
 from tests.support.wire import WireClient, pull_records, send_v2_fields
 

@@ -14,7 +14,7 @@ from protocol.codes import RequestCode, ResponseCode
 
 from tests.support.console import http, open_page, start_browser
 from tests.support.controller_cluster import FailoverCluster
-from .test_acl_broker import write_acl
+from tests.support.acl import write_acl
 from tests.support.wire import WireClient, create_topic, props, send_v2_fields, wait_until
 
 

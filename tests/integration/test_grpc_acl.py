@@ -25,8 +25,8 @@ from protocol.grpc import service_pb2_grpc
 from protocol.ids import decode_offset_msg_id
 from protocol.message import iter_records
 
-from .test_acl_broker import signed as signed_remoting
-from .test_grpc_pop import FAST, Pop, ms
+from tests.support.acl import signed as signed_remoting
+from tests.support.grpc_pop import FAST, Pop, ms
 from tests.support.wire import WireClient, props, pull_fields, send_v2_fields
 
 ACL_YAML = """

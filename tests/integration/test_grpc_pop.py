@@ -7,28 +7,15 @@ import asyncio
 import hashlib
 import time
 
-import grpc
 import pytest
-from google.protobuf import duration_pb2
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
-from protocol.grpc import service_pb2_grpc
 
+from tests.support.acl import APP, grpc_signed, write_acl
+from tests.support.grpc_pop import CLIENT, FAST, GROUP, TOPIC, Pop, collect, run_sdk
 from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
-
-TOPIC = "PopOrders"
-GROUP = "PopGroup"
-CLIENT = (("x-mq-client-id", "pop-test@1@1@abc"),)
-# short minimums, and 1 s retry delays (the push consumer's backoff after a FAILURE), so the tests run fast
-FAST = {"minInvisibleTimeMillsForRecv": 500, "grpcClientConsumerMinLongPollingTimeoutMillis": 100,
-        "messageDelayLevel": " ".join(["1s"] * 18)}
-
-
-def ms(value: int) -> duration_pb2.Duration:
-    return duration_pb2.Duration(seconds=value // 1000, nanos=(value % 1000) * 1_000_000)
-
 
 @pytest.fixture
 def pop_broker(grpc_broker_factory):
@@ -56,64 +43,6 @@ async def remoting_send(addr: str, topic: str, count: int, *, queue_id: int = 0,
             assert resp.code == R.SUCCESS, resp.remark
             ids.append(uniq)
     return ids
-
-
-class Pop:
-    """A raw gRPC consumer: the calls a SimpleConsumer makes."""
-
-    def __init__(self, port: int, group: str = GROUP, topic: str = TOPIC, metadata=CLIENT) -> None:
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = service_pb2_grpc.MessagingServiceStub(self.channel)
-        self.group, self.topic, self.metadata = group, topic, metadata
-
-    async def close(self) -> None:
-        await self.channel.close()
-
-    async def receive(self, batch: int = 32, invisible_ms: int = 3000, poll_ms: int = 300, *,
-                      tag: str = "*", queue_id: int = 0, sql: str | None = None, auto_renew: bool = False,
-                      attempt_id: str | None = None) -> tuple[pb.Status, list[pb.Message]]:
-        request = spb.ReceiveMessageRequest(
-            group=pb.Resource(name=self.group),
-            message_queue=pb.MessageQueue(topic=pb.Resource(name=self.topic), id=queue_id),
-            filter_expression=pb.FilterExpression(type=pb.SQL if sql else pb.TAG, expression=sql or tag),
-            batch_size=batch, auto_renew=auto_renew, long_polling_timeout=ms(poll_ms))
-        if not auto_renew:
-            request.invisible_duration.CopyFrom(ms(invisible_ms))
-        if attempt_id is not None:
-            request.attempt_id = attempt_id
-        deadline = poll_ms / 1000 + 10
-        frames = [f async for f in self.stub.ReceiveMessage(request, metadata=self.metadata, timeout=deadline)]
-        assert frames[0].WhichOneof("content") == "status" and frames[-1].WhichOneof("content") == "delivery_timestamp"
-        return frames[0].status, [f.message for f in frames[1:-1]]
-
-    async def messages(self, **kwargs) -> list[pb.Message]:
-        state, found = await self.receive(**kwargs)
-        assert state.code in (pb.OK, pb.MESSAGE_NOT_FOUND), state
-        return found
-
-    async def ack(self, message: pb.Message, handle: str | None = None) -> pb.Status:
-        entry = spb.AckMessageEntry(message_id=message.system_properties.message_id,
-                                    receipt_handle=handle or message.system_properties.receipt_handle)
-        resp = await self.stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=self.group),
-                                                                topic=pb.Resource(name=self.topic), entries=[entry]),
-                                          metadata=self.metadata, timeout=10)
-        return resp.status
-
-    async def change(self, message: pb.Message, invisible_ms: int, handle: str | None = None):
-        return await self.stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
-            group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic),
-            receipt_handle=handle or message.system_properties.receipt_handle,
-            invisible_duration=ms(invisible_ms), message_id=message.system_properties.message_id),
-            metadata=self.metadata, timeout=10)
-
-
-async def collect(pop: Pop, want: int, *, within: float = 15.0, **kwargs) -> list[pb.Message]:
-    """Receive until `want` messages came (bounded)."""
-    got: list[pb.Message] = []
-    deadline = time.monotonic() + within
-    while len(got) < want and time.monotonic() < deadline:
-        got += await pop.messages(**kwargs)
-    return got
 
 
 async def test_receive_ack_and_redelivery_after_the_invisible_time(pop_broker):
@@ -331,22 +260,10 @@ finally:
 """
 
 
-def _run_sdk(script: str, *args: object, timeout: float = 90) -> object:
-    import json
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
-
-
 async def test_the_python_sdk_simple_consumer(pop_broker):
     await create_topic(pop_broker.addr, TOPIC)
     ids = await remoting_send(pop_broker.addr, TOPIC, 3)
-    out = await asyncio.to_thread(_run_sdk, SDK_SIMPLE, pop_broker.grpc_port, TOPIC, "SdkSimple", 3)
+    out = await asyncio.to_thread(run_sdk, SDK_SIMPLE, pop_broker.grpc_port, TOPIC, "SdkSimple", 3)
     first = {row[0]: row for row in out["first"]}
     assert sorted(first) == sorted(ids)
     assert first[ids[1]][1:] == ["remoting 1", "TagA", ["k1"], {"color": "blue"}, 1, False]
@@ -358,7 +275,7 @@ async def test_the_python_sdk_push_consumer_acks_and_retries_failures(pop_broker
     await create_topic(pop_broker.addr, TOPIC)
     await create_group(pop_broker.addr, "SdkPush")
     ids = await remoting_send(pop_broker.addr, TOPIC, 4)
-    seen = await asyncio.to_thread(_run_sdk, SDK_PUSH, pop_broker.grpc_port, TOPIC, "SdkPush", 4)
+    seen = await asyncio.to_thread(run_sdk, SDK_PUSH, pop_broker.grpc_port, TOPIC, "SdkPush", 4)
     attempts = {}
     for message_id, attempt, _body in seen:
         attempts.setdefault(message_id, []).append(attempt)
@@ -404,7 +321,7 @@ async def test_the_python_sdk_fifo_push_consumer_keeps_order_and_dead_letters_a_
         for i in range(6):
             fields = send_v2_fields(TOPIC, 1, props(UNIQ_KEY=f"FIFO{i:04d}", __SHARDINGKEY="order-7"))
             assert (await client.request(RC.SEND_MESSAGE_V2, fields, f"step {i}".encode())).code == R.SUCCESS
-    seen = await asyncio.to_thread(_run_sdk, SDK_FIFO_PUSH, pop_broker.grpc_port, TOPIC, "SdkFifo", 6)
+    seen = await asyncio.to_thread(run_sdk, SDK_FIFO_PUSH, pop_broker.grpc_port, TOPIC, "SdkFifo", 6)
     assert [body for body, _, _ in seen] == ["step 0", "step 1", "step 2", "step 2", "step 3", "step 4", "step 5"]
     assert [attempt for body, attempt, _ in seen if body == "step 2"] == [1, 1]  # the SDK retries it locally
     assert {group for _, _, group in seen} == {"order-7"}
@@ -414,12 +331,9 @@ async def test_the_python_sdk_fifo_push_consumer_keeps_order_and_dead_letters_a_
 
 
 async def test_with_acl_consumers_need_sub_on_the_topic_and_the_group(grpc_broker_factory, tmp_path):
-    from .test_acl_broker import APP, write_acl
-    from .test_grpc_sdk import _signed
-
     write_acl(tmp_path / "plain_acl.yml", reports="PUB")
     port = grpc_broker_factory(aclEnable="true", **FAST).grpc_port
-    app = _signed(*APP)
+    app = grpc_signed(*APP)
     sender = Pop(port, metadata=app)
     try:
         for topic in ("Orders", "Reports"):

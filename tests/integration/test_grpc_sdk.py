@@ -16,6 +16,8 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
+from tests.support.acl import ADMIN, APP, grpc_signed, write_acl
+from tests.support.acl import signed as signed_remoting
 from tests.support.wire import WireClient, create_topic, pull_records
 
 TOPIC = "GrpcOrders"
@@ -107,22 +109,7 @@ async def test_routes_and_statuses(grpc_broker):
         assert frames[0].status.code == pb.ILLEGAL_TOPIC and "blank" in frames[0].status.message
 
 
-def _signed(access_key: str, secret_key: str, client_id: str = "acl@1@1@abc") -> tuple:
-    """The metadata a 5.x SDK sends: x-mq-date-time signed with HMAC-SHA1 of the secret key."""
-    import hashlib
-    import hmac
-    import time
-
-    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    signature = hmac.new(secret_key.encode(), date.encode(), hashlib.sha1).hexdigest()
-    return (("x-mq-client-id", client_id), ("x-mq-date-time", date),
-            ("authorization", f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, "
-                              f"Signature={signature}"))
-
-
 async def test_with_acl_requests_are_signed_and_sends_need_pub(grpc_broker_factory, tmp_path):
-    from .test_acl_broker import APP, write_acl
-
     write_acl(tmp_path / "plain_acl.yml")
     broker = grpc_broker_factory(aclEnable="true")
     port = broker.grpc_port
@@ -132,20 +119,17 @@ async def test_with_acl_requests_are_signed_and_sends_need_pub(grpc_broker_facto
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         anonymous = await stub.SendMessage(message("Orders", "A1"), metadata=(("x-mq-client-id", "x"),), timeout=10)
         assert anonymous.status.code == pb.UNAUTHORIZED
-        forged = await stub.SendMessage(message("Orders", "A2"), metadata=_signed(APP[0], "not-the-secret"),
+        forged = await stub.SendMessage(message("Orders", "A2"), metadata=grpc_signed(APP[0], "not-the-secret"),
                                         timeout=10)
         assert forged.status.code == pb.UNAUTHORIZED and "signature" in forged.status.message
-        ok = await stub.SendMessage(message("Orders", "A3"), metadata=_signed(*APP), timeout=10)
+        ok = await stub.SendMessage(message("Orders", "A3"), metadata=grpc_signed(*APP), timeout=10)
         assert ok.status.code == pb.OK, ok.status.message
-        denied = await stub.SendMessage(message("Payroll", "A4"), metadata=_signed(*APP), timeout=10)
+        denied = await stub.SendMessage(message("Payroll", "A4"), metadata=grpc_signed(*APP), timeout=10)
         assert denied.status.code == pb.UNAUTHORIZED and "PUB" in denied.status.message
         route = await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="Orders")),
                                       metadata=(("x-mq-client-id", "x"),), timeout=10)
         assert route.status.code == pb.UNAUTHORIZED
     async with await WireClient.connect(broker.addr) as client:  # exactly the one allowed send was stored
-        from .test_acl_broker import ADMIN
-        from .test_acl_broker import signed as signed_remoting
-
         stored = 0
         for queue_id in range(4):
             resp = await signed_remoting(client, RC.GET_MAX_OFFSET, {"topic": "Orders", "queueId": str(queue_id)},

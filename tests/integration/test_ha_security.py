@@ -27,7 +27,7 @@ from protocol.ha import (
 from protocol.ids import pack_host
 from protocol.message import encode_record
 
-from .test_acl_broker import signed
+from tests.support.acl import signed
 from tests.support.tls_certs import make_pki
 from tests.support.wire import WireClient, props, pull_records, send_v2_fields, wait_until
 

@@ -13,7 +13,7 @@ from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.command import encode_command
 from protocol.ids import decode_offset_msg_id
 
-from .test_acl_broker import APP, write_acl
+from tests.support.acl import APP, write_acl
 from tests.support.wire import WireClient, props, pull_fields, pull_records, records, send_v1_fields, send_v2_fields
 
 

@@ -15,7 +15,7 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
-from .test_grpc_pop import Pop, collect
+from tests.support.grpc_pop import Pop, collect, run_sdk
 from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
 
 TOPIC = "Timed"
@@ -174,11 +174,9 @@ finally:
 
 
 async def test_the_python_sdk_sends_recalls_and_receives_timed_messages(grpc_broker_factory):
-    from .test_grpc_pop import _run_sdk
-
     broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=2)
-    out = await asyncio.to_thread(_run_sdk, SDK_TIMED, broker.grpc_port, TOPIC)
+    out = await asyncio.to_thread(run_sdk, SDK_TIMED, broker.grpc_port, TOPIC)
     assert out["recalled"] and out["recalled"] != out["kept"]
     [(message_id, body, seen_ms, delivery_ms)] = out["seen"]  # the recalled one never came
     assert (message_id, body, delivery_ms) == (out["kept"], "kept", out["due_ms"])

@@ -1,4 +1,5 @@
-"""Helpers for the client integration tests: bounded waits and a recording listener."""
+"""Helpers for the client integration tests: bounded waits, a recording listener, a test-tuned push consumer and
+reading back every stored message of a topic."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ import asyncio
 import collections
 import time
 
-from client import ConsumeResult, PushConsumer
+from client import ConsumeResult, PullConsumer, PullStatus, PushConsumer
+from client.errors import MQBrokerError
+
+# short delay levels (level n = n * 100 ms up to 900 ms, then 1 s, level 18 = 2 s): the retry_broker fixture's
+DELAY_LEVELS = " ".join([f"{100 * (i + 1)}ms" for i in range(9)] + ["1s"] * 8 + ["2s"])
 
 
 async def wait_for(condition, what: str, timeout: float = 10.0, interval: float = 0.05):
@@ -56,3 +61,22 @@ def push_consumer(group: str, namesrv: str, topic: str, listener, expression="*"
     consumer.subscribe(topic, expression)
     consumer.register_listener(listener)
     return consumer
+
+
+async def read_queue(ns: str, group: str, topic: str) -> list:
+    """Every message currently stored in topic (all queues), read with a PullConsumer."""
+    out = []
+    async with PullConsumer(group + "-reader", ns) as pull:
+        try:
+            queues = await pull.fetch_message_queues(topic)
+        except MQBrokerError:
+            return out  # the topic was never created
+        for mq in queues:
+            offset = 0
+            for _ in range(50):
+                result = await pull.pull(mq, "*", offset, 32)
+                if result.status is not PullStatus.FOUND:
+                    break
+                out.extend(result.messages)
+                offset = result.next_begin_offset
+    return out

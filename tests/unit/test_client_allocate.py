@@ -16,7 +16,7 @@ from client.allocate import (
 from client.message import MessageQueue
 from client.offset_store import LocalFileOffsetStore
 from client.process_queue import ProcessQueue
-from tests.unit.test_client_rebalance import msgs
+from tests.support.client_fakes import msgs
 
 
 def queues(n, topic="T", broker="b"):

@@ -4,7 +4,7 @@ that has just restarted and knows one client does not shrink the group; failures
 import json
 
 import pytest
-from test_client_filter_check import FakeInstance
+from tests.support.client_fakes import FakeInstance
 
 from client.consumer_ops import ConsumerOps
 from client.errors import MQBrokerError, RemotingTimeoutError

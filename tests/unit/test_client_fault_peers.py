@@ -4,7 +4,7 @@ which broker. The real SIGSTOP / kill -9 runs are in tests/integration/test_clie
 import asyncio
 
 import pytest
-from test_client_remoting import FakePeer, broker_handler, name_server, route_body
+from tests.support.client_fakes import FakePeer, broker_handler, name_server, route_body
 
 from client import LocalTransactionState, Message, Producer, TransactionProducer
 from client.errors import MQBrokerError, RemotingTimeoutError

@@ -8,32 +8,9 @@ import pytest
 from client.consumer_ops import ConsumerOps
 from client.errors import MQClientError, RemotingTimeoutError, SubscriptionCheckError
 from client.message import MessageSelector
-from client.route import TopicRoute
 from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
 
-ROUTE = TopicRoute.parse(json.dumps({
-    "queueDatas": [{"brokerName": "b1", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6},
-                   {"brokerName": "b2", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}],
-    "brokerDatas": [{"cluster": "c", "brokerName": "b1", "brokerAddrs": {"0": "10.0.0.1:10911", "1": "10.0.0.9:1"}},
-                    {"cluster": "c", "brokerName": "b2", "brokerAddrs": {"0": "10.0.0.2:10911"}}],
-}))
-
-
-class FakeInstance:
-    client_id = "127.0.0.1@fake"
-
-    def __init__(self, answers=None) -> None:
-        self.routes = {"T": ROUTE}
-        self.answers = answers or {}
-        self.calls: list[tuple[str, RemotingCommand]] = []
-
-    async def invoke_broker(self, addr, cmd, timeout=None):
-        self.calls.append((addr, cmd))
-        answer = self.answers.get(addr, (ResponseCode.SUCCESS, None))
-        if isinstance(answer, Exception):
-            raise answer
-        return cmd.make_response(*answer)
+from tests.support.client_fakes import FakeInstance
 
 
 async def test_sql_subscription_is_checked_on_every_master_of_the_topic():

@@ -6,14 +6,13 @@ import asyncio
 import pytest
 
 from client import ConsumeResult, PushConsumer
-from client.consumer_ops import decode_messages
 from client.message import MessageQueue
 from client.allocate import allocate_averagely, sort_queues
 from client.consume_service import ConsumeService
 from client.offset_store import OffsetStore
 from client.process_queue import ProcessQueue
-from protocol.ids import pack_host
-from protocol.message import encode_record
+
+from tests.support.client_fakes import msgs
 
 
 def queues(n, topic="T"):
@@ -48,21 +47,6 @@ def test_allocate_unknown_consumer_gets_nothing():
 def test_sort_queues_java_order():
     qs = [MessageQueue("T", "b", 1), MessageQueue("S", "z", 0), MessageQueue("T", "a", 3), MessageQueue("T", "b", 0)]
     assert sort_queues(qs) == [qs[1], qs[2], qs[3], qs[0]]
-
-
-STORE = pack_host("127.0.0.1", 10911)
-
-
-def msgs(offsets, topic=b"T", props=""):
-    body = b"".join(
-        encode_record(
-            queue_id=0, flag=0, queue_offset=o, physical_offset=o * 100, sys_flag=0, born_timestamp=1,
-            born_host=STORE, store_timestamp=2, store_host=STORE, reconsume_times=0, prepared_transaction_offset=0,
-            body=f"m{o}".encode(), topic=topic, properties=props.encode(),
-        )
-        for o in offsets
-    )
-    return decode_messages(body, "b", None)
 
 
 def test_process_queue_commits_smallest_unconsumed_offset():

@@ -1,4 +1,4 @@
-"""Client transport and producer error paths against tiny in-test fake peers on 127.0.0.1.
+"""Client transport and producer error paths against tiny fake peers on 127.0.0.1 (tests.support.client_fakes).
 
 The fakes only exist to provoke failures (timeouts, closed connections, busy brokers, unknown topics) and to observe
 what the client puts on the wire; real behaviour is covered by the integration tests against the real broker.
@@ -14,60 +14,13 @@ from client.errors import MQBrokerError, RemotingClosedError, RemotingConnectErr
 from client.instance import NameServerClient
 from client.remoting import RemotingClient
 from protocol.codes import SerializeType
-from protocol.command import RemotingCommand, decode_command, encode_command
+from protocol.command import RemotingCommand, encode_command
 from protocol.headers import SendMessageRequestHeader
 from protocol.properties import decode_properties
 from tests.support.broker_process import free_port
+from tests.support.client_fakes import FakePeer, broker_handler, name_server, route_body
 
 pytestmark = pytest.mark.asyncio
-
-
-class FakePeer:
-    """A remoting server whose answers come from handler(peer, writer, cmd) -> RemotingCommand | None."""
-
-    def __init__(self, handler=None):
-        self.handler = handler or (lambda peer, writer, cmd: cmd.make_response(0))
-        self.received: list[RemotingCommand] = []
-        self.connections = 0
-        self.writers = []
-        self.server = None
-        self.port = 0
-
-    @property
-    def addr(self):
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self):
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def _serve(self, reader, writer):
-        self.connections += 1
-        self.writers.append(writer)
-        try:
-            while True:
-                head = await reader.readexactly(4)
-                payload = await reader.readexactly(int.from_bytes(head, "big"))
-                cmd = decode_command(payload)
-                self.received.append(cmd)
-                if cmd.flag & 1:
-                    continue  # a response to one of our requests
-                reply = self.handler(self, writer, cmd)
-                if asyncio.iscoroutine(reply):
-                    reply = await reply
-                if reply is not None and not cmd.flag & 2:
-                    writer.write(encode_command(reply))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def stop(self):
-        for w in self.writers:
-            w.close()
-        self.server.close()
-        await self.server.wait_closed()
 
 
 @pytest.fixture
@@ -237,37 +190,6 @@ async def test_name_server_fallback(peers):
 
 
 # ----------------------------------------------------------------------------------------------- producer error paths
-def route_body(brokers, queues=1):
-    return json.dumps({
-        "brokerDatas": [{"brokerName": n, "cluster": "C", "brokerAddrs": {"0": a}} for n, a in brokers],
-        "queueDatas": [{"brokerName": n, "perm": 6, "readQueueNums": queues, "writeQueueNums": queues}
-                       for n, _ in brokers],
-    }).encode()
-
-
-def broker_handler(send_code):
-    def handler(peer, writer, cmd):
-        if cmd.code in (310, 320):
-            code = send_code(cmd) if callable(send_code) else send_code
-            if code is None:
-                return None
-            ext = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "12"}
-            return cmd.make_response(code, remark="busy" if code else None, ext_fields=ext)
-        return cmd.make_response(0)
-
-    return handler
-
-
-async def name_server(peers, topics):
-    def handler(peer, writer, cmd):
-        body = topics.get(cmd.ext_fields["topic"])
-        if body is None:
-            return cmd.make_response(17, remark="No topic route info in name server for the topic")
-        return cmd.make_response(0, body=body)
-
-    return await peers(handler)
-
-
 async def test_send_retries_on_another_broker_with_stable_uniq_key(peers):
     busy = await peers(broker_handler(2))
     ok = await peers(broker_handler(0))
