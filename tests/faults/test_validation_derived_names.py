@@ -13,7 +13,7 @@ from protocol.codes import ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 
-from integration.test_grpc_pop import FAST, Pop, collect, remoting_send
+from tests.support.grpc_pop import FAST, Pop, collect, remoting_send
 from tests.support.wire import WireClient, create_topic, pull_fields, send_v2_fields
 
 TOPIC = "PopOrders"  # 9 characters

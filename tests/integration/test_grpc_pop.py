@@ -14,8 +14,9 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 
 from tests.support.acl import APP, grpc_signed, write_acl
-from tests.support.grpc_pop import CLIENT, FAST, GROUP, TOPIC, Pop, collect, run_sdk
+from tests.support.grpc_pop import CLIENT, FAST, GROUP, TOPIC, Pop, collect, remoting_send, run_sdk
 from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
+
 
 @pytest.fixture
 def pop_broker(grpc_broker_factory):
@@ -30,19 +31,6 @@ async def create_group(addr: str, group: str, *, orderly: bool = False, retry_ma
     async with await WireClient.connect(addr) as client:
         resp = await client.request(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
         assert resp.code == R.SUCCESS, resp.remark
-
-
-async def remoting_send(addr: str, topic: str, count: int, *, queue_id: int = 0, tag: str = "TagA",
-                        prefix: str = "remoting") -> list[str]:
-    ids = []
-    async with await WireClient.connect(addr) as client:
-        for i in range(count):
-            uniq = f"{prefix.upper()}{i:04d}{int(time.time() * 1000) % 100000:05d}"
-            fields = send_v2_fields(topic, queue_id, props(TAGS=tag, KEYS=f"k{i}", UNIQ_KEY=uniq, color="blue"))
-            resp = await client.request(RC.SEND_MESSAGE_V2, fields, f"{prefix} {i}".encode())
-            assert resp.code == R.SUCCESS, resp.remark
-            ids.append(uniq)
-    return ids
 
 
 async def test_receive_ack_and_redelivery_after_the_invisible_time(pop_broker):

@@ -1,5 +1,5 @@
-"""A raw gRPC POP consumer (the MessagingService calls a 5.x SimpleConsumer makes) and a runner for scripts of the
-official 5.x Python SDK, shared by the gRPC suites (POP, ACL, timed messages)."""
+"""A raw gRPC POP consumer (the MessagingService calls a 5.x SimpleConsumer makes), remoting sends to feed it, and a
+runner for scripts of the official 5.x Python SDK, shared by the gRPC suites (POP, ACL, timed messages, names)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import time
 import grpc
 from google.protobuf import duration_pb2
 
+from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
+
+from tests.support.wire import WireClient, props, send_v2_fields
 
 TOPIC = "PopOrders"
 GROUP = "PopGroup"
@@ -25,6 +28,20 @@ FAST = {"minInvisibleTimeMillsForRecv": 500, "grpcClientConsumerMinLongPollingTi
 
 def ms(value: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=value // 1000, nanos=(value % 1000) * 1_000_000)
+
+
+async def remoting_send(addr: str, topic: str, count: int, *, queue_id: int = 0, tag: str = "TagA",
+                        prefix: str = "remoting") -> list[str]:
+    """Send `count` messages over remoting (bodies "<prefix> <i>", tag, keys k<i>, color=blue); their UNIQ_KEYs."""
+    ids = []
+    async with await WireClient.connect(addr) as client:
+        for i in range(count):
+            uniq = f"{prefix.upper()}{i:04d}{int(time.time() * 1000) % 100000:05d}"
+            fields = send_v2_fields(topic, queue_id, props(TAGS=tag, KEYS=f"k{i}", UNIQ_KEY=uniq, color="blue"))
+            resp = await client.request(RC.SEND_MESSAGE_V2, fields, f"{prefix} {i}".encode())
+            assert resp.code == R.SUCCESS, resp.remark
+            ids.append(uniq)
+    return ids
 
 
 class Pop:
