@@ -17,9 +17,9 @@ def slow_and_fast_broker(broker_factory):
     """broker-a flushes synchronously with a 1 ms flush timeout, so its sends answer FLUSH_DISK_TIMEOUT (stored,
     not yet safe); broker-b is an ordinary ASYNC_FLUSH broker."""
     namesrv = NamesrvProcess()
-    a = broker_factory("broker-a", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                       extra={"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": 1})
-    b = broker_factory("broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr)
+    broker_factory("broker-a", embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                   extra={"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": 1})
+    broker_factory("broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr)
     yield namesrv
     namesrv.stop()
 

@@ -15,7 +15,6 @@ import asyncio
 import contextvars
 import json
 import re
-import socket
 import struct
 from typing import Any
 
