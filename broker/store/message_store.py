@@ -68,9 +68,11 @@ def _visible_units(units, count: int, limit: int) -> int:
 class MessageStore(MessageAppender):
     """RocketMQ-format store: commitlog/, consumequeue/, index/, checkpoint, abort."""
 
-    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] | None = None,
+                 flush_observer: Callable[[float], None] | None = None) -> None:
         self.config = config
         self._clock_ms = clock_ms
+        self._flush_observer = flush_observer  # told each commit-log flush's duration (seconds): metrics
         self.root_dir = config.root_dir
         self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host,
                                     preallocate=config.warm_mapped_file_enable)
@@ -129,7 +131,7 @@ class MessageStore(MessageAppender):
         except OSError as exc:
             name = exc.filename or self.root_dir
             raise StoreFileError("cannot open the store file %s: %s" % (name, exc.strerror or exc)) from exc
-        self.flush_service = FlushService(self)
+        self.flush_service = FlushService(self, self._flush_observer)
         self._loaded = True
 
     def lock(self) -> None:
