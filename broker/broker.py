@@ -143,14 +143,14 @@ class Broker:
         # Metrics observe sends (the remoting servers), pulls (the pull processor) and flushes (the store) through
         # observers those owners call: per request, never per message.
         self.metrics = BrokerMetrics(bool(config.metrics_port), int(getattr(config, "slow_flush_warn_millis", 1000)))
-        self.store = MessageStore(store_config, flush_observer=self.metrics.observe_flush)
         config_dir = config.config_dir
+        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.store = MessageStore(store_config, flush_observer=self.metrics.observe_flush,
+                                  consumer_offsets=self.consumer_offset_manager.offsets_by_topic)
         # New topics and connections are refused before the store runs out of descriptors (fileDescriptorReserve).
         self.descriptors = _descriptor_budget(config)
         self.topic_config_manager = TopicConfigManager(config, config_dir, descriptors=self.descriptors)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
-        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
-        self.store.retention.consumer_offsets = self.consumer_offset_manager.offsets_by_topic
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
