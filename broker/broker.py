@@ -27,9 +27,25 @@ from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
-from broker.metrics import BrokerMetrics
+from broker.ha import replication_info
+from broker.metrics import BrokerMetrics, MetricsEndpoint, RateSampler
 from broker.pop.service import PopService, RenewPolicy
-from broker.processors import build_dispatch_table, build_processors, build_run_table
+from broker.processors import (
+    AdminProcessor,
+    ClientCallProcessor,
+    ClientManageProcessor,
+    ConsumerOffsetProcessor,
+    LockProcessor,
+    Processors,
+    QueryProcessor,
+    ReplicasProcessor,
+    RetryProcessor,
+    build_dispatch_table,
+    build_run_table,
+)
+from broker.processors.pull import PullProcessor
+from broker.processors.send import SendProcessor
+from broker.processors.transaction import TransactionProcessor
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster, admin_secret_lookup
@@ -41,6 +57,7 @@ from broker.tls import TlsSettings, outbound_context, outbound_tls_enabled
 from broker.schedule.service import ScheduleMessageService
 from broker.timer.service import TimerMessageService
 from broker.store.message_store import MessageStore
+from broker.view import BrokerView
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.ids import pack_host
@@ -123,14 +140,17 @@ class Broker:
         self.config = config
         self.store_host: bytes = pack_host(config.broker_ip1 or "127.0.0.1", config.listen_port)
         store_config = config.to_store_config()
-        self.store = MessageStore(store_config)
+        # Metrics observe sends (the remoting servers), pulls (the pull processor) and flushes (the store) through
+        # observers those owners call: per request, never per message.
+        self.metrics = BrokerMetrics(bool(config.metrics_port), int(getattr(config, "slow_flush_warn_millis", 1000)))
         config_dir = config.config_dir
+        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.store = MessageStore(store_config, flush_observer=self.metrics.observe_flush,
+                                  consumer_offsets=self.consumer_offset_manager.offsets_by_topic)
         # New topics and connections are refused before the store runs out of descriptors (fileDescriptorReserve).
         self.descriptors = _descriptor_budget(config)
         self.topic_config_manager = TopicConfigManager(config, config_dir, descriptors=self.descriptors)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
-        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
-        self.store.retention.consumer_offsets = self.consumer_offset_manager.offsets_by_topic
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
@@ -148,13 +168,6 @@ class Broker:
                                       self.consumer_offset_manager, config_dir, config.broker_name,
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
-        self.processors = build_processors(self)
-        self.dispatch_table = build_dispatch_table(self.processors)
-        self.run_table = build_run_table(self.processors)
-        self.boot_timestamp_ms = int(time.time() * 1000)
-        # Observes send/pull/heartbeat from the dispatch layer (per request, never per message).
-        self.metrics = BrokerMetrics(self)
-        self.metrics.install(self.dispatch_table, self.processors, self.run_table)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
@@ -167,17 +180,33 @@ class Broker:
         self.ssl_context = self.tls.server_context()
         tls_args = {"tls": self.tls, "ssl_context": self.ssl_context}
         self._build_replication(config)
+        self.boot_timestamp_ms = int(time.time() * 1000)
+        self.rates = RateSampler(self.store, self.consumer_offset_manager)
+        # What the console, the metrics endpoint and admin answers read: the state, never the Broker.
+        self.view = BrokerView(
+            config, self.store, self.topic_config_manager, self.subscription_group_manager,
+            self.consumer_offset_manager, self.consumer_manager, self.producer_manager, self.transaction_service,
+            rates=self.rates, connections=lambda: sum(len(server.channels) for server in self.servers),
+            held_pulls=lambda: self.processors.pull.hold_service.held_count,
+            replication=lambda: replication_info(config, self.ha_master, self.ha_slave,
+                                                 lambda: self.store.commit_log.max_offset),
+            boot_timestamp_ms=self.boot_timestamp_ms)
+        self.processors = self._build_processors(config)
+        self.dispatch_table = build_dispatch_table(self.processors)
+        self.run_table = build_run_table(self.processors)
+        observers = self.metrics.request_observers()
         self.server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port,
                                      max_frame_size=config.frame_max_length, name="broker",
                                      guard=self.connection_guard, request_guard=request_guard,
-                                     run_handlers=self.run_table, **tls_args)
+                                     run_handlers=self.run_table, observers=observers, **tls_args)
         # "VIP"/fast channel: Java clients <= 4.4.0 send to listenPort - 2 by default. Same handlers.
         self.vip_server: RemotingServer | None = None
         if config.enable_vip_channel and config.listen_port > 2:
             self.vip_server = RemotingServer(self.dispatch_table, config.listen_host, config.listen_port - 2,
                                              max_frame_size=config.frame_max_length, name="broker-vip",
                                              guard=self.connection_guard, request_guard=request_guard,
-                                             run_handlers=self.run_table, **tls_args)
+                                             run_handlers=self.run_table, observers=observers, **tls_args)
+        self.metrics_endpoint = MetricsEndpoint(self.view, self.metrics, config.metrics_host, config.metrics_port)
         self.namesrv = None
         self.registrar = None
         self.console: Any = None  # broker/console ConsoleServer once started
@@ -215,6 +244,25 @@ class Broker:
 
             self.roles = BrokerRoles(self)
 
+    def _build_processors(self, config: BrokerConfig) -> Processors:
+        """Each processor with the parts it uses (send, pull and transaction still take the broker: issue 30)."""
+        store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
+        consumers, offsets = self.consumer_manager, self.consumer_offset_manager
+        return Processors(
+            send=SendProcessor(self),
+            pull=PullProcessor(self, observer=self.metrics.observe_pull),
+            transaction=TransactionProcessor(self),
+            client_manage=ClientManageProcessor(config, topics, groups, consumers, self.producer_manager,
+                                                self.consumer_filter_manager),
+            consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),
+            query=QueryProcessor(store),
+            retry=RetryProcessor(config, store, topics, groups, self.schedule_service),
+            lock=LockProcessor(self.rebalance_lock_manager),
+            admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view),
+            client_call=ClientCallProcessor(consumers, store, config.broker_name),
+            replicas=ReplicasProcessor(config, store.commit_log, self.roles),
+        )
+
     # ---- properties -----------------------------------------------------------------------------
     @property
     def port(self) -> int:
@@ -240,8 +288,8 @@ class Broker:
             parts.append(f"ha {self.ha_master.describe()}")
         if self.namesrv is not None and self.namesrv.server is not None:
             parts.append(f"namesrv {self.namesrv.server.describe()}")
-        if self.metrics.bind_addr:
-            parts.append(f"metrics {self.metrics.bind_addr}")
+        if self.metrics_endpoint.bind_addr:
+            parts.append(f"metrics {self.metrics_endpoint.bind_addr}")
         if self.console is not None and self.console.bind_addr:
             parts.append(f"console http://{self.console.bind_addr}/")
         if self.grpc is not None and self.grpc.bind_addr:
@@ -263,8 +311,9 @@ class Broker:
         self.consumer_filter_manager.clean_expired()
         self.store.load()
         self._recover_topics_from_store()
-        self.store.add_arrival_listener(self.processors["pull"].on_message_arrival)
-        self.metrics.attach_store(self.store)
+        self.store.add_arrival_listener(self.processors.pull.on_message_arrival)
+        if self.metrics.enabled:
+            self.store.add_arrival_listener(self.metrics.on_arrival)
         await self.store.start()
         self._started = True
         self.transaction_service.load()  # decisions, also on a slave (it may become the master's copy)
@@ -304,11 +353,14 @@ class Broker:
         await self._start_vip_server()
         if self.ha_master is not None:
             await self._start_ha_master()
-        self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes)
+        # A slave learns its master's addresses from each registration answer.
+        master_listener = self.roles.learn_master if self.roles is not None else \
+            self._learn_master if self.ha_slave is not None else None
+        self.registrar = BrokerRegistrar(cfg, self.topic_config_manager, local_route_info=local_routes,
+                                         master_listener=master_listener)
         if self.roles is not None:  # controller mode: fenced (no routes, no writes) until the controller decides
             await self._start_controller_mode()
         elif self.ha_slave is not None:
-            self.registrar.master_listener = self._learn_master
             self.ha_slave.start()
             self.metadata_sync.start()
         if self.roles is None:
@@ -317,7 +369,8 @@ class Broker:
             self.acl_watcher.start()
         self._spawn(self._client_housekeeping(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
-        await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics.start)
+        self.rates.start()
+        await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics_endpoint.start)
         await self._start_console()
         await self._start_grpc()
         # Last: a start that fails above (store locked by another broker, a port taken) leaves the store unmarked.
@@ -392,15 +445,14 @@ class Broker:
         from broker.console.views import BrokerFacts, ConsoleViews
 
         facts = BrokerFacts(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, cfg.broker_addr, cfg.broker_role,
-                            cfg.store_path_root_dir, cfg.flush_disk_type, self.processors["admin"].runtime_info,
+                            cfg.store_path_root_dir, cfg.flush_disk_type, self.view.runtime_info,
                             self.namesrv.route_info if self.namesrv is not None else None)
         if self.replicas is not None:  # issue 28: the group as the controller sees it, and this replica's own log
             parts: Any = ControllerParts(self.replicas.group_state, self.replicas.local_state, self.roles.local_state)
         else:
             parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
                                  lambda: self.store.commit_log.max_offset)
-        views = ConsoleViews(self.store, self.topic_config_manager, self.subscription_group_manager,
-                             self.consumer_offset_manager, self.consumer_manager, self.dispatch_table, facts,
+        views = ConsoleViews(self.view, self.dispatch_table, facts,
                              ReplicationView(cfg.broker_cluster_name, cfg.broker_name, parts))
         lock_s = float(cfg.dashboard_sign_in_lock_seconds)
         max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
@@ -441,7 +493,8 @@ class Broker:
         for server in self.servers:
             await server.stop_accepting()
         try:
-            await self.metrics.stop()
+            await self.rates.stop()
+            await self.metrics_endpoint.stop()
         except Exception:
             log.exception("stopping the metrics endpoint failed")
         endpoint, self.grpc = self.grpc, None
@@ -457,7 +510,7 @@ class Broker:
             except Exception:
                 log.exception("stopping the web console failed")
         try:
-            self.processors["pull"].release_all()
+            self.processors.pull.release_all()
         except Exception:
             log.exception("releasing held pulls failed")
         if self.acl_watcher is not None:

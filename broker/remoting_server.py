@@ -46,6 +46,9 @@ RunHandler = Callable[["Channel", list[RemotingCommand]], list[Any]]  # one resu
 # None admits the request, an error response refuses it, an awaitable of either decides later (a large body is read
 # off the event loop first).
 RequestGuard = Callable[["Channel", RemotingCommand], Any]
+# Told once per request of its code, when its answer is known: (channel, request, response or frame, seconds taken).
+# Metrics observe sends this way (broker/metrics); never called per message.
+RequestObserver = Callable[["Channel", RemotingCommand, Any, float], None]
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _SEPARATE_BODY_THRESHOLD = 16 * 1024  # bodies at least this big are written without joining them to the header
@@ -97,6 +100,25 @@ class _Resume:
                     yielded = coro.send(None)
         except StopIteration as stop:
             return stop.value
+
+
+def _observed(observer: RequestObserver, channel: "Channel", cmd: RemotingCommand, result: Any,
+              started: float) -> Any:
+    """Tell `observer` the request's answer and duration: now when known, else once the pending answer is."""
+    kind = type(result)
+    if kind is RemotingCommand or kind is bytes:
+        observer(channel, cmd, result, time.perf_counter() - started)
+        return result
+    if result is None or isinstance(result, BaseException):
+        return result
+    return _observe_later(observer, channel, cmd, result, started)
+
+
+async def _observe_later(observer: RequestObserver, channel: "Channel", cmd: RemotingCommand, pending: Any,
+                         started: float) -> Any:
+    result = await pending
+    observer(channel, cmd, result, time.perf_counter() - started)
+    return result
 
 
 async def _finish(coro: Coroutine, first: Any) -> Any:
@@ -441,8 +463,11 @@ class RemotingServer:
         tls: TlsSettings | None = None,
         ssl_context: ssl.SSLContext | None = None,
         run_handlers: dict[int, RunHandler] | None = None,
+        observers: dict[int, RequestObserver] | None = None,
     ) -> None:
         self.handlers = handlers
+        # Optional: codes whose requests are observed (their answer and duration), e.g. by metrics.
+        self.observers = observers or {}
         # Optional: codes whose consecutive requests (one read, one connection) are handled in one call.
         self.run_handlers = run_handlers or {}
         # Checked before every handler when set (ACL); None costs nothing on the hot path.
@@ -572,10 +597,14 @@ class RemotingServer:
                 channel.write_frame(encode_command(cmd.make_response(
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")))
             return
+        observer = self.observers.get(cmd.code) if self.observers else None
+        started = time.perf_counter() if observer is not None else 0.0
         try:
             result = handler(channel, cmd)
         except Exception as exc:
             result = exc
+        if observer is not None:
+            result = _observed(observer, channel, cmd, result, started)
         self._deliver(channel, cmd, result)
 
     def dispatch_run(self, channel: Channel, cmds: list[RemotingCommand], handler: RunHandler) -> None:
@@ -594,12 +623,17 @@ class RemotingServer:
             cmds = admitted
             if not cmds:
                 return
+        observers = self.observers
+        started = time.perf_counter()
         try:
             results = handler(channel, cmds)
         except Exception as exc:  # a bug in the run handler: every request of the run is answered with it
             results = [exc] * len(cmds)
         deliver = self._deliver
         for cmd, result in zip(cmds, results):
+            observer = observers.get(cmd.code) if observers else None
+            if observer is not None:  # each request of the run as if sent alone, timed from the run's start
+                result = _observed(observer, channel, cmd, result, started)
             deliver(channel, cmd, result)
 
     def _deliver(self, channel: Channel, cmd: RemotingCommand, result: Any) -> None:

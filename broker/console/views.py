@@ -14,7 +14,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.acl.accounts import SUB, group_resource
 from broker.console.access import ConsoleError, Viewer, topic_need
@@ -26,6 +26,9 @@ from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetB
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record, iter_records
+
+if TYPE_CHECKING:
+    from broker.view import BrokerView
 
 __all__ = ["BrokerFacts", "ConsoleError", "ConsoleViews", "body_views", "record_summary", "topic_kind"]
 
@@ -113,16 +116,16 @@ class BrokerFacts:
 
 
 class ConsoleViews:
-    """The console's data, computed from the broker's managers and store (no second client); changes run through
-    the broker's request handlers (`dispatch_table`)."""
+    """The console's data, read through the broker's read-only view (broker/view.py; no second client); changes run
+    through the broker's request handlers (`dispatch_table`)."""
 
-    def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, consumers: Any,
-                 dispatch_table: dict[int, Any], facts: BrokerFacts, replication: Any = None) -> None:
-        self.store = store
-        self.topics = topics
-        self.groups = groups
-        self.offsets = offsets
-        self.consumers = consumers
+    def __init__(self, view: BrokerView, dispatch_table: dict[int, Any], facts: BrokerFacts,
+                 replication: Any = None) -> None:
+        self.store = view.store
+        self.topics = view.topics
+        self.groups = view.groups
+        self.offsets = view.offsets
+        self.consumers = view.consumers
         self.dispatch_table = dispatch_table
         self.facts = facts
         self.replication = replication  # broker/console/replication.py's ReplicationView (None: no such page)

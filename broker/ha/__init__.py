@@ -3,19 +3,19 @@ the slave's metadata copies (metadata_sync.py); the byte protocol is protocol/ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
-def replication_info(broker: Any) -> dict[str, Any]:
-    """Replication state for runtime info and metrics: the master's slaves and lag, or the slave's master."""
-    master = getattr(broker, "ha_master", None)
+def replication_info(config: Any, master: Any, slave: Any, own_max_offset: Callable[[], int]) -> dict[str, Any]:
+    """Replication state for runtime info and metrics: the master's slaves and lag (`master`: the HA listener, None on
+    a slave), or the slave's master (`slave`: the HA client); empty in neither role."""
     if master is not None:
-        return {"haListenAddr": f"{broker.config.broker_ip2 or broker.config.broker_ip1}:{master.port}",
+        return {"haListenAddr": f"{config.broker_ip2 or config.broker_ip1}:{master.port}",
                 "haSlaveCount": len(master.slaves), "haReplicationLagBytes": master.replication_lag(),
                 "haPushMaxOffset": max(master.push_max_offset, 0)}
-    slave = getattr(broker, "ha_slave", None)
     if slave is None:
         return {}
-    own = broker.store.commit_log.max_offset
+    own = own_max_offset()
     return {"haMasterAddress": slave.master_address or "", "haConnected": str(slave.connected).lower(),
             "haReplicationLagBytes": max(0, slave.master_max_seen - own) if slave.connected else -1}

@@ -68,13 +68,14 @@ class BrokerRegistrar:
         namesrv_addrs: list[str] | None = None,
         request_timeout: float = 3.0,
         change_debounce_s: float = CHANGE_REGISTER_DEBOUNCE_S,
+        master_listener: Callable[[str | None, str | None], None] | None = None,
     ) -> None:
         self.config = config
         self.topic_configs = topic_configs
         self.local_route_info = local_route_info
         # A slave's hook: called with the master's HA and remoting addresses from each registration answer
         # (None: no master registered).
-        self.master_listener: Callable[[str | None, str | None], None] | None = None
+        self.master_listener = master_listener
         self._master_named = False  # a slave: some answer of the last round named the master's HA address
         self.namesrv_addrs = list(config.namesrv_addr_list if namesrv_addrs is None else namesrv_addrs)
         self.request_timeout = request_timeout

@@ -6,42 +6,41 @@ queue while each request keeps its own checks and answer."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import Any
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
-
-def build_processors(broker: "Broker") -> dict[str, Any]:
-    """Instantiate every processor for `broker` (name -> processor)."""
-    from broker.processors.admin import AdminProcessor
-    from broker.processors.client_call import ClientCallProcessor
-    from broker.processors.client_manage import ClientManageProcessor
-    from broker.processors.consumer_offset import ConsumerOffsetProcessor
-    from broker.processors.lock import LockProcessor
-    from broker.processors.pull import PullProcessor
-    from broker.processors.query import QueryProcessor
-    from broker.processors.replicas import ReplicasProcessor
-    from broker.processors.retry import RetryProcessor
-    from broker.processors.send import SendProcessor
-    from broker.processors.transaction import TransactionProcessor
-
-    return {
-        "send": SendProcessor(broker),
-        "pull": PullProcessor(broker),
-        "client_manage": ClientManageProcessor(broker),
-        "consumer_offset": ConsumerOffsetProcessor(broker),
-        "query": QueryProcessor(broker),
-        "retry": RetryProcessor(broker),
-        "lock": LockProcessor(broker),
-        "admin": AdminProcessor(broker),
-        "client_call": ClientCallProcessor(broker),
-        "transaction": TransactionProcessor(broker),
-        "replicas": ReplicasProcessor(broker),
-    }
+from broker.processors.admin import AdminProcessor
+from broker.processors.client_call import ClientCallProcessor
+from broker.processors.client_manage import ClientManageProcessor
+from broker.processors.consumer_offset import ConsumerOffsetProcessor
+from broker.processors.lock import LockProcessor
+from broker.processors.query import QueryProcessor
+from broker.processors.replicas import ReplicasProcessor
+from broker.processors.retry import RetryProcessor
 
 
-def build_dispatch_table(processors: dict[str, Any]) -> dict[int, Any]:
+@dataclass(frozen=True)
+class Processors:
+    """Every request processor of one broker, each built by the Broker with the parts it uses."""
+
+    send: Any  # SendProcessor (send.py)
+    pull: Any  # PullProcessor (pull.py)
+    transaction: Any  # TransactionProcessor (transaction.py)
+    client_manage: ClientManageProcessor
+    consumer_offset: ConsumerOffsetProcessor
+    query: QueryProcessor
+    retry: RetryProcessor
+    lock: LockProcessor
+    admin: AdminProcessor
+    client_call: ClientCallProcessor
+    replicas: ReplicasProcessor
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(name, processor) pairs, for building the tables."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+def build_dispatch_table(processors: Processors) -> dict[int, Any]:
     """{request code: handler} from every processor; a code claimed twice is a bug."""
     table: dict[int, Any] = {}
     for name, processor in processors.items():
@@ -52,7 +51,7 @@ def build_dispatch_table(processors: dict[str, Any]) -> dict[int, Any]:
     return table
 
 
-def build_run_table(processors: dict[str, Any]) -> dict[int, Any]:
+def build_run_table(processors: Processors) -> dict[int, Any]:
     """{request code: run handler} from the processors that offer ``run_handlers()``."""
     table: dict[int, Any] = {}
     for name, processor in processors.items():

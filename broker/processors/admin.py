@@ -12,9 +12,7 @@ None of these is on a hot path; they read manager and store state directly on th
 from __future__ import annotations
 
 import logging
-import os
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.managers.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, validate_topic
 from protocol.admin_bodies import (
@@ -28,31 +26,32 @@ from protocol.admin_bodies import (
 )
 from protocol.bodies import MessageQueue
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
-from protocol.codes import BROKER_VERSION, PERM_PRIORITY, RequestCode, ResponseCode
+from protocol.codes import PERM_PRIORITY, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.jsonlenient import dumps_compact
 from protocol.requests import read_request
-from broker.ha import replication_info
-from broker.managers.consumer_manager import group_topics
-from broker.processors.base import BrokerProcessor
+from broker.managers.consumer_manager import ConsumerManager, group_topics
+from broker.processors.base import GroupChecks
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.managers.consumer_offset import ConsumerOffsetManager
+    from broker.managers.subscription_group import SubscriptionGroupManager
+    from broker.managers.topic_config import TopicConfigManager
+    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 MAX_QUEUE_NUMS = 1024
-VERSION_DESC = "V5_3_3 (pyrocketmq-broker)"
 _ALL_PERMS = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 
 
-def _runtime_text(seconds: float) -> str:
-    """RocketMQ's "runtime" format: ``[ 0 days, 1 hours, 2 minutes, 3 seconds ]``."""
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
+class BrokerState(Protocol):
+    """What admin answers read of the broker as a whole (broker/view.py's BrokerView)."""
+
+    def runtime_info(self) -> dict[str, Any]: ...
+
+    def consume_tps(self, group: str) -> float: ...
 
 
 _INT32_MAX = 2**31 - 1
@@ -75,9 +74,20 @@ def _subscription_group_range_problem(config: SubscriptionGroupConfig) -> str | 
     return None
 
 
-class AdminProcessor(BrokerProcessor):
-    def __init__(self, broker: "Broker") -> None:
-        super().__init__(broker)
+class AdminProcessor(GroupChecks):
+    """Topics, groups and offsets are changed here; broker-wide figures come from the read-only `state`."""
+
+    def __init__(self, config: "BrokerConfig", store: "MessageStore", topics: "TopicConfigManager",
+                 groups: "SubscriptionGroupManager", consumers: ConsumerManager, offsets: "ConsumerOffsetManager",
+                 state: BrokerState) -> None:
+        super().__init__()
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.state = state
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -191,9 +201,7 @@ class AdminProcessor(BrokerProcessor):
                 last = store.get_message_store_time(topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
                 stats.offset_table[MessageQueue(topic, broker_name, queue_id)] = OffsetWrapper(
                     broker_offset, consumer_offset, max(last, 0))
-        metrics = getattr(self.broker, "metrics", None)
-        if metrics is not None:
-            stats.consume_tps = metrics.consume_tps(group)
+        stats.consume_tps = self.state.consume_tps(group)
         return cmd.make_response(ResponseCode.SUCCESS, body=stats.encode())
 
     def get_consumer_connection_list(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -271,42 +279,5 @@ class AdminProcessor(BrokerProcessor):
         body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode("utf-8")
         return cmd.make_response(ResponseCode.SUCCESS, body=body)
 
-    def runtime_info(self) -> dict[str, Any]:
-        broker = self.broker
-        cfg = self.config
-        store = self.store
-        stats = store.runtime_stats()
-        boot_ms = getattr(broker, "boot_timestamp_ms", 0) or 0
-        info: dict[str, Any] = {
-            "brokerVersionDesc": VERSION_DESC,
-            "brokerVersion": BROKER_VERSION,
-            "brokerName": cfg.broker_name,
-            "brokerAddr": cfg.broker_addr,
-            "brokerRole": cfg.broker_role,
-            "clusterName": cfg.broker_cluster_name,
-            "bootTimestamp": boot_ms,
-            "runtime": _runtime_text(time.time() - boot_ms / 1000.0) if boot_ms else "",
-            "pid": os.getpid(),
-            "storePathRootDir": cfg.store_path_root_dir,
-            "flushDiskType": cfg.flush_disk_type,
-            "msgPutTotalTodayNow": stats.get("put_messages", 0),
-            "msgGetTotalTodayNow": stats.get("get_messages", 0),
-            "putMessageBytesTotal": stats.get("put_bytes", 0),
-            "commitLogMinOffset": stats.get("commit_log_min_offset", 0),
-            "commitLogMaxOffset": stats.get("commit_log_max_offset", 0),
-            "commitLogFlushedOffset": stats.get("commit_log_flushed_offset", 0),
-            "commitLogDiskRatio": round(float(stats.get("disk_used_ratio", 0.0) or 0.0) / 100.0, 4),  # a fraction
-            "topicCount": len(self.topics.topic_names()),
-            "consumerGroupCount": len(self.consumers.groups),
-            "producerGroupCount": len(broker.producer_manager.group_names()),
-            "connectionCount": sum(len(server.channels) for server in broker.servers),
-            "suspendedPullCount": broker.processors["pull"].hold_service.held_count,
-        }
-        info.update(replication_info(broker))
-        metrics = getattr(broker, "metrics", None)
-        if metrics is not None:
-            info.update(metrics.runtime_rates())
-        return info
-
     def get_broker_runtime_info(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable.of(self.runtime_info().items()).encode())
+        return cmd.make_response(ResponseCode.SUCCESS, body=KVTable.of(self.state.runtime_info().items()).encode())

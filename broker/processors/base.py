@@ -1,4 +1,5 @@
-"""What every request processor reads from the broker, bound once."""
+"""What request processors share: the group-name checks (with a memo of names that passed), and the legacy base
+that binds the broker's parts for the processors not yet built on narrow parts (send, pull, transaction)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,11 @@ if TYPE_CHECKING:
 _VALID_GROUPS_LIMIT = 100_000
 
 
-class BrokerProcessor:
-    """Binds the broker's store and managers as attributes so handlers avoid a lookup chain per request."""
+class GroupChecks:
+    """Group-name checks with a memo, so a name seen before costs a set hit on the hot path."""
 
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.consumers = broker.consumer_manager
-        self.offsets = broker.consumer_offset_manager
-        self._valid_groups: set[str] = set()  # names that passed validate_group (a set hit on the hot path)
+    def __init__(self) -> None:
+        self._valid_groups: set[str] = set()  # names that passed validate_group
 
     def group_problem(self, group: str | None) -> str | None:
         """None when `group` is a legal group name (remembered), else the reason for the error remark."""
@@ -44,3 +38,19 @@ class BrokerProcessor:
             return None
         problem = self.group_problem(group)
         return problem if problem is not None else consumer_group_problem(group)
+
+
+class BrokerProcessor(GroupChecks):
+    """Legacy: binds the broker's store and managers as attributes. Only the send, pull and transaction processors
+    still use it (they are being rebuilt on the protocol-neutral core); every other processor is constructed with
+    the narrow parts it uses."""
+
+    def __init__(self, broker: "Broker") -> None:
+        super().__init__()
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.topics = broker.topic_config_manager
+        self.groups = broker.subscription_group_manager
+        self.consumers = broker.consumer_manager
+        self.offsets = broker.consumer_offset_manager

@@ -9,18 +9,28 @@ group the broker does not know, or a client that does not answer in time gets SY
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.processors.base import BrokerProcessor
+from broker.managers.consumer_manager import ConsumerManager
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.ids import decode_offset_msg_id
 from protocol.requests import read_request
 
+if TYPE_CHECKING:
+    from broker.store.message_store import MessageStore
+
 CALL_CLIENT_TIMEOUT_S = 10.0  # the reference's Broker2Client timeout
 
 
-class ClientCallProcessor(BrokerProcessor):
+class ClientCallProcessor:
+    """Finds the client's connection among its group's and relays the request on it."""
+
+    def __init__(self, consumers: ConsumerManager, store: "MessageStore", broker_name: str) -> None:
+        self.consumers = consumers
+        self.store = store
+        self.broker_name = broker_name
+
     def handlers(self) -> dict[int, Any]:
         return {
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
@@ -76,5 +86,5 @@ class ClientCallProcessor(BrokerProcessor):
         raw = self.store.look_message_by_offset(phys) if phys >= 0 else None
         if not raw:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"no message at commit-log offset {phys} ({msg_id})")
-        cmd.ext_fields = dict(cmd.ext_fields or {}, brokerName=self.config.broker_name)
+        cmd.ext_fields = dict(cmd.ext_fields or {}, brokerName=self.broker_name)
         return self._call(client_channel, cmd, bytes(raw))

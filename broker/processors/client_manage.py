@@ -18,16 +18,20 @@ from broker.filter import (
     build_filter,
     normalize_expression_type,
 )
-from broker.managers.consumer_manager import CLUSTERING, ClientInfo
+from broker.managers.consumer_filter import ConsumerFilterManager
+from broker.managers.consumer_manager import CLUSTERING, ClientInfo, ConsumerManager
+from broker.managers.producer_manager import ProducerManager
 from protocol.bodies import ConsumerListBody, HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
 from protocol.requests import INLINE_BODY_MAX, read_request
-from broker.processors.base import BrokerProcessor
+from broker.processors.base import GroupChecks
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.managers.subscription_group import SubscriptionGroupManager
+    from broker.managers.topic_config import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +44,18 @@ HEARTBEAT_INLINE_BODY_MAX = INLINE_BODY_MAX
 HEARTBEAT_GROUPS_PER_TURN = 128
 
 
-class ClientManageProcessor(BrokerProcessor):
-    def __init__(self, broker: "Broker") -> None:
-        super().__init__(broker)
-        self.producers = broker.producer_manager
-        self.filters = broker.consumer_filter_manager
+class ClientManageProcessor(GroupChecks):
+    """Registers clients from their heartbeats; the consumer and producer tables forget a connection when it closes."""
+
+    def __init__(self, config: "BrokerConfig", topics: "TopicConfigManager", groups: "SubscriptionGroupManager",
+                 consumers: ConsumerManager, producers: ProducerManager, filters: ConsumerFilterManager) -> None:
+        super().__init__()
+        self.config = config
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.producers = producers
+        self.filters = filters
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -54,17 +65,25 @@ class ClientManageProcessor(BrokerProcessor):
             RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
-    def _watch_channel(self, channel: Any) -> None:
-        """Forget a channel's registrations when it closes (registered once per channel)."""
+    def _watch_channel(self, channel: Any, cmd: RemotingCommand, data: HeartbeatData) -> None:
+        """Forget a channel's registrations when it closes (registered once per channel); one INFO line when a
+        client first heartbeats on a connection, one when that connection closes."""
         attrs = getattr(channel, "attrs", None)
         if attrs is None or attrs.get(_WATCHED):
             return
         attrs[_WATCHED] = True
         consumers, producers = self.consumers, self.producers
+        client_id = data.client_id or "?"
+        addr = getattr(channel, "remote_addr", "?")
+        log.info("client connected: %s from %s (language %s, version %s; producer groups %s; consumer groups %s)",
+                 client_id, addr, cmd.language, cmd.version,
+                 sorted(p.group_name for p in data.producers if p.group_name) or "-",
+                 sorted(c.group_name for c in data.consumers if c.group_name) or "-")
 
         def closed(ch: Any) -> None:
             consumers.on_channel_closed(ch)
             producers.on_channel_closed(ch)
+            log.info("client disconnected: %s from %s", client_id, addr)
 
         channel.add_close_listener(closed)
 
@@ -83,7 +102,7 @@ class ClientManageProcessor(BrokerProcessor):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, problem)
         if len(data.consumers) > HEARTBEAT_GROUPS_PER_TURN:
             return self._apply_heart_beat_in_turns(channel, cmd, data)
-        self._watch_channel(channel)
+        self._watch_channel(channel, cmd, data)
         language = self._language(cmd)
         sub_changed = self._register_consumers(channel, cmd, data, language, data.consumers)
         self._register_producers(channel, cmd, data, language)
@@ -103,7 +122,7 @@ class ClientManageProcessor(BrokerProcessor):
 
     async def _apply_heart_beat_in_turns(self, channel: Any, cmd: RemotingCommand,
                                          data: HeartbeatData) -> RemotingCommand | None:
-        self._watch_channel(channel)
+        self._watch_channel(channel, cmd, data)
         language = self._language(cmd)
         sub_changed = False
         consumers = data.consumers

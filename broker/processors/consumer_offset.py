@@ -16,18 +16,31 @@ from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.requests import read_request
-from broker.processors.base import BrokerProcessor
+from broker.managers.consumer_manager import ConsumerManager
+from broker.processors.base import GroupChecks
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.managers.consumer_offset import ConsumerOffsetManager
+    from broker.managers.subscription_group import SubscriptionGroupManager
+    from broker.managers.topic_config import TopicConfigManager
+    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 _refusals = RateLimitedLog(log)
 
 
-class ConsumerOffsetProcessor(BrokerProcessor):
-    def __init__(self, broker: "Broker") -> None:
-        super().__init__(broker)
+class ConsumerOffsetProcessor(GroupChecks):
+    """Committed offsets: read, checked and stored; a reset also tells the group's online consumers."""
+
+    def __init__(self, store: "MessageStore", topics: "TopicConfigManager", groups: "SubscriptionGroupManager",
+                 consumers: ConsumerManager, offsets: "ConsumerOffsetManager", broker_name: str) -> None:
+        super().__init__()
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.broker_name = broker_name
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -108,7 +121,7 @@ class ConsumerOffsetProcessor(BrokerProcessor):
         if config is None:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = self.store
-        broker_name = self.config.broker_name
+        broker_name = self.broker_name
         table: dict[MessageQueue, int] = {}
         offsets: dict[int, int] = {}
         for queue_id in range(config.read_queue_nums):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.topic_config import validate_group
 from protocol.bodies import LockBatchResponseBody
 from protocol.codes import RequestCode, ResponseCode
@@ -11,15 +12,12 @@ from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
 from protocol.requests import read_request
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 
 class LockProcessor:
     """Grants and releases per-queue locks through the broker's RebalanceLockManager."""
 
-    def __init__(self, broker: "Broker") -> None:
-        self.locks = broker.rebalance_lock_manager
+    def __init__(self, locks: RebalanceLockManager) -> None:
+        self.locks = locks
 
     def handlers(self) -> dict[int, Any]:
         return {

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.filter import (
@@ -99,12 +101,17 @@ def _memory_bytes() -> int:
 
 _MEMORY: int | None = None
 
+# h30c (issue 30) metrics hook: told once per executed pull (not per message, not when held):
+# (channel, request, header, response, seconds taken).
+PullObserver = Callable[[Any, RemotingCommand, PullMessageRequestHeader, RemotingCommand, float], None]
+
 
 class PullProcessor(BrokerProcessor):
     """Answers pulls; owns the long-polling service."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "Broker", observer: PullObserver | None = None) -> None:
         super().__init__(broker)
+        self.observer = observer  # h30c: metrics hook, called by process()
         self.hold_service = PullRequestHoldService(self._wake)
         self.filters = broker.consumer_filter_manager
         self._filter_cache: dict[tuple[str, str], MessageFilter | SubscriptionError | None] = {}
@@ -270,7 +277,18 @@ class PullProcessor(BrokerProcessor):
 
     def process(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader,
                 allow_suspend: bool) -> RemotingCommand | None:
-        """One pull; returns None when the request was suspended (answered later)."""
+        """One pull; returns None when the request was suspended (answered later). h30c: tells the observer."""
+        observer = self.observer
+        if observer is None:
+            return self._process(channel, cmd, header, allow_suspend)
+        started = time.perf_counter()
+        response = self._process(channel, cmd, header, allow_suspend)
+        if type(response) is RemotingCommand:
+            observer(channel, cmd, header, response, time.perf_counter() - started)
+        return response
+
+    def _process(self, channel: Any, cmd: RemotingCommand, header: PullMessageRequestHeader,
+                 allow_suspend: bool) -> RemotingCommand | None:
         cfg = self.config
         if not cfg.broker_permission & PERM_READ:
             return cmd.make_response(ResponseCode.NO_PERMISSION,

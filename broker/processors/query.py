@@ -6,12 +6,14 @@ GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.requests import read_request
-from broker.processors.base import BrokerProcessor
+
+if TYPE_CHECKING:
+    from broker.store.message_store import MessageStore
 
 DEFAULT_QUERY_MAX_NUM = 32
 
@@ -22,7 +24,12 @@ def _join(records: list) -> bytes:
     return b"".join(records)
 
 
-class QueryProcessor(BrokerProcessor):
+class QueryProcessor:
+    """Answers from the store alone."""
+
+    def __init__(self, store: "MessageStore") -> None:
+        self.store = store
+
     def handlers(self) -> dict[int, Any]:
         return {
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,

@@ -24,10 +24,14 @@ from protocol.headers import ResendDlqMessageRequestHeader
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record
 from protocol.requests import read_request
-from broker.processors.base import BrokerProcessor
+from broker.processors.base import GroupChecks
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.managers.subscription_group import SubscriptionGroupManager
+    from broker.managers.topic_config import TopicConfigManager
+    from broker.schedule.service import ScheduleMessageService
+    from broker.store.message_store import MessageStore
 
 DEFAULT_MAX_RECONSUME_TIMES = 16
 FIRST_RETRY_DELAY_LEVEL = 3  # delayLevel 0 -> 3 + reconsumeTimes (10 s, 30 s, 1 min, ...)
@@ -43,10 +47,17 @@ RESEND_CLEARED_PROPERTIES = ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DELAY", "REAL_
                              "TIMER_DELAY_MS")
 
 
-class RetryProcessor(BrokerProcessor):
-    def __init__(self, broker: "Broker") -> None:
-        super().__init__(broker)
-        self.schedule = broker.schedule_service
+class RetryProcessor(GroupChecks):
+    """Writes retried and re-sent messages to the store (through the delay path for retries)."""
+
+    def __init__(self, config: "BrokerConfig", store: "MessageStore", topics: "TopicConfigManager",
+                 groups: "SubscriptionGroupManager", schedule: "ScheduleMessageService") -> None:
+        super().__init__()
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.schedule = schedule
         self._random = random.Random()
 
     def handlers(self) -> dict[int, Any]:

@@ -107,7 +107,7 @@ class BrokerRoles:
         b = self.broker
         if self._held_arrivals:
             arrivals, self._held_arrivals = self._held_arrivals, {}
-            pull = b.processors["pull"]
+            pull = b.processors.pull
             for (topic, queue_id), max_offset in arrivals.items():
                 pull.on_message_arrival(topic, queue_id, max_offset, None)
 
@@ -202,7 +202,7 @@ class BrokerRoles:
         cfg.broker_role = "SYNC_MASTER"
         cfg.broker_id = 0
         b.consumer_offset_manager.client_commits = None  # a master keeps no commits to hand over
-        b.processors["send"].refresh_role()
+        b.processors.send.refresh_role()
         await self._start_master_services()
         b.topic_config_manager.data_version.state_version = epoch
         log.info("controller mode: MASTER of %s in epoch %d (SyncStateSet %s); epochs %s", cfg.broker_name, epoch,
@@ -225,7 +225,7 @@ class BrokerRoles:
             b.consumer_offset_manager.client_commits = {}
         cfg.broker_role = "SLAVE"
         cfg.broker_id = manager.broker_id
-        b.processors["send"].refresh_role()
+        b.processors.send.refresh_role()
         b.topic_config_manager.data_version.state_version = epoch
         self.master_addr = master_addr
         slave = self.epoch_slave
@@ -250,8 +250,7 @@ class BrokerRoles:
         if registrar is None or self.unreconcilable:
             return
         if registrar._task is None and not registrar._closed:
-            registrar.master_listener = self.learn_master
-            await registrar.start()
+            await registrar.start()  # built with master_listener=self.learn_master
         else:
             registrar.request_register()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -26,8 +28,9 @@ def _sync_files(files) -> None:
 class FlushService:
     """Owns the flush tasks of one MessageStore."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, observer: Callable[[float], None] | None = None) -> None:
         self.store = store
+        self.observer = observer  # called with each commit-log flush's duration in seconds (lock wait included)
         self.commit_log_flushed_offset = store.commit_log.max_offset
         self._cl_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush-cl")
         self._logic_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush-cq")
@@ -84,6 +87,16 @@ class FlushService:
     # -- commit log -------------------------------------------------------------
     async def flush_commit_log(self) -> int:
         """Flush everything written so far; returns the flushed offset."""
+        observer = self.observer
+        if observer is None:
+            return await self._flush_commit_log()
+        started = time.perf_counter()
+        try:
+            return await self._flush_commit_log()
+        finally:
+            observer(time.perf_counter() - started)
+
+    async def _flush_commit_log(self) -> int:
         if self._cl_lock is None:
             self._cl_lock = asyncio.Lock()
         async with self._cl_lock:

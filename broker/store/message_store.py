@@ -27,7 +27,7 @@ from .flush import FlushService
 from .index import IndexService
 from .lock import StoreDirectoryLock
 from .mapped_file import StoreFileError, remove_file
-from .retention import RetentionService, disk_used_ratio
+from .retention import ConsumerOffsetsSource, RetentionService, disk_used_ratio
 from .tombstones import FILE_NAME as TOMBSTONES_FILE, TopicTombstones
 from .types import GetResult, GetStatus, IllegalRecordError, QueryResult, StoreConfig
 
@@ -68,9 +68,12 @@ def _visible_units(units, count: int, limit: int) -> int:
 class MessageStore(MessageAppender):
     """RocketMQ-format store: commitlog/, consumequeue/, index/, checkpoint, abort."""
 
-    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int] | None = None,
+                 flush_observer: Callable[[float], None] | None = None,
+                 consumer_offsets: ConsumerOffsetsSource | None = None) -> None:
         self.config = config
         self._clock_ms = clock_ms
+        self._flush_observer = flush_observer  # told each commit-log flush's duration (seconds): metrics
         self.root_dir = config.root_dir
         self.commit_log = CommitLog(config.commit_log_path, config.mapped_file_size_commit_log, config.store_host,
                                     preallocate=config.warm_mapped_file_enable)
@@ -84,7 +87,7 @@ class MessageStore(MessageAppender):
         self.tombstones = TopicTombstones(os.path.join(config.root_dir, TOMBSTONES_FILE))
         self.delay_levels_ms = config.delay_levels_ms()
         self.flush_service: FlushService | None = None
-        self.retention = RetentionService(self)
+        self.retention = RetentionService(self, consumer_offsets)
         self.last_store_timestamp = 0
         self._listeners: list[ArrivalListener] = []
         self._topic_bytes: dict[str, bytes] = {}
@@ -129,7 +132,7 @@ class MessageStore(MessageAppender):
         except OSError as exc:
             name = exc.filename or self.root_dir
             raise StoreFileError("cannot open the store file %s: %s" % (name, exc.strerror or exc)) from exc
-        self.flush_service = FlushService(self)
+        self.flush_service = FlushService(self, self._flush_observer)
         self._loaded = True
 
     def lock(self) -> None:

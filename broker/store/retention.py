@@ -46,12 +46,12 @@ def disk_used_ratio(path: str) -> float:
 class RetentionService:
     """Periodic clean-up task + the synchronous ``clean_once`` it runs."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, consumer_offsets: ConsumerOffsetsSource | None = None) -> None:
         self.store = store
         self._task: asyncio.Task | None = None
         self.deleted_files_total = 0
-        # Set by the broker: lets a clean-up report the messages it deleted before some group consumed them.
-        self.consumer_offsets: ConsumerOffsetsSource | None = None
+        # From the broker: lets a clean-up report the messages it deleted before some group consumed them.
+        self.consumer_offsets = consumer_offsets
         self.unconsumed_deleted_total = 0
 
     def start(self) -> None:

@@ -200,7 +200,7 @@ async def _run(tmp_path, name: str, general: bool, monkeypatch, port: int) -> tu
         max_hash_slot_num=997, max_index_num=4000)
     instance = Broker(config)
     instance.store._clock_ms = lambda: FIXED_MS
-    send = instance.processors["send"]
+    send = instance.processors.send
     send._uniq = UniqKeyGenerator("127.0.0.1", pid=1, salt=2, clock=lambda: FIXED_MS / 1000)
     send._random.seed(5)
     if general:

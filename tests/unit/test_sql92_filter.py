@@ -254,7 +254,7 @@ async def test_sql_pulls_are_answered_one_per_loop_turn(tmp_path) -> None:
         transport.writes.clear()
         protocol.data_received(pull(5, sql, "SQL92") + pull(6, sql, "SQL92", 8))  # 8: nothing there yet
         assert _opaques(transport) == []
-        instance.processors["pull"].release_all()
+        instance.processors.pull.release_all()
         await asyncio.sleep(0)
         assert sorted(_opaques(transport)) == [5, 6]
     finally:
