@@ -149,7 +149,8 @@ def run_floor(args: argparse.Namespace) -> tuple[int, float, float]:
 
 
 def run_broker(args: argparse.Namespace, work: str) -> tuple[int, float, float]:
-    broker, namesrv_port = prepare_broker(work, 256 << 20, None)
+    entry = ["-m", "cProfile", "-o", os.path.abspath(args.profile), "-m", "broker"] if args.profile else None
+    broker, namesrv_port = prepare_broker(work, 256 << 20, None, entry)
     grpc_port = free_port()
     with open(broker.conf_path, "a", encoding="utf-8") as f:
         f.write(f"enableGrpcProxy=true\ngrpcServerPort={grpc_port}\n")
@@ -170,6 +171,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--limit", type=float, default=30.0)
+    parser.add_argument("--profile", help="write a cProfile of the broker process (its whole life) to this file")
     parser.add_argument("--floor", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor:

@@ -28,7 +28,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
 
     return {
         "send": SendProcessor(broker),
-        "pull": PullProcessor(broker),
+        "pull": PullProcessor(broker.puller, broker.arrivals),
         "client_manage": ClientManageProcessor(broker),
         "consumer_offset": ConsumerOffsetProcessor(broker),
         "query": QueryProcessor(broker),
