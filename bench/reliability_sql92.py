@@ -44,7 +44,7 @@ from broker.filter.sql92 import (  # noqa: E402
     SelectorError,
     compile_selector,
 )
-from broker.processors.pull import FILTER_SCAN_WEIGHT_BUDGET, MAX_FILTER_SCAN_UNITS  # noqa: E402
+from broker.core.consume import FILTER_SCAN_WEIGHT_BUDGET, MAX_FILTER_SCAN_UNITS  # noqa: E402
 
 TRAPS = {
     "'-' run": lambda n: "-" * n,

@@ -18,6 +18,9 @@ from typing import Any
 
 from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
+from broker.core.arrivals import Arrivals
+from broker.core.consume import GroupNames, Puller
+from broker.core.pop import PopCore
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
 from broker.managers.broker_name_file import write_broker_name
 from broker.managers.consumer_filter import ConsumerFilterManager
@@ -163,11 +166,19 @@ class Broker:
                                 config.transaction_check_max, float(config.file_reserved_time)),
             store_host=self.store_host, broker_name=config.broker_name,
             producer_channel=self.producer_manager.find_channel)
+        # The one notification of new messages (fed by the store per put): held pulls and POP receives wait on it.
+        self.arrivals = Arrivals()
+        group_names = GroupNames()
+        self.puller = Puller(config, self.store, self.topic_config_manager, self.subscription_group_manager,
+                             self.consumer_manager, self.consumer_offset_manager, self.consumer_filter_manager,
+                             self.arrivals, group_names)
         # POP consumption (5.x SDKs over gRPC): one store, groups and offsets shared with remoting consumers.
         self.pop_service = PopService(self.store, self.topic_config_manager, self.subscription_group_manager,
-                                      self.consumer_offset_manager, config_dir, config.broker_name,
+                                      self.consumer_offset_manager, config_dir, config.broker_name, self.arrivals,
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
+        self.pop_core = PopCore(self.pop_service, self.topic_config_manager, self.subscription_group_manager, config,
+                                group_names)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
@@ -250,7 +261,7 @@ class Broker:
         consumers, offsets = self.consumer_manager, self.consumer_offset_manager
         return Processors(
             send=SendProcessor(self),
-            pull=PullProcessor(self, observer=self.metrics.observe_pull),
+            pull=PullProcessor(self.puller, self.arrivals, observer=self.metrics.observe_pull),
             transaction=TransactionProcessor(self),
             client_manage=ClientManageProcessor(config, topics, groups, consumers, self.producer_manager,
                                                 self.consumer_filter_manager),
@@ -311,7 +322,9 @@ class Broker:
         self.consumer_filter_manager.clean_expired()
         self.store.load()
         self._recover_topics_from_store()
-        self.store.add_arrival_listener(self.processors.pull.on_message_arrival)
+        # held pulls and POP receives; the timer/schedule services and HA keep their own listeners: each wakes one
+        # background loop on its own topic (or every append), not requests held for clients
+        self.store.add_arrival_listener(self.arrivals.notify)
         if self.metrics.enabled:
             self.store.add_arrival_listener(self.metrics.on_arrival)
         await self.store.start()
@@ -328,7 +341,6 @@ class Broker:
                 self.topic_config_manager.create_topic_if_absent(topic, 1)
             self.transaction_service.start()
             self.pop_service.load()
-            self.store.add_arrival_listener(self.pop_service.on_message_arrival)
             self.pop_service.start()
             self._pop_started = True
 
@@ -510,7 +522,7 @@ class Broker:
             except Exception:
                 log.exception("stopping the web console failed")
         try:
-            self.processors.pull.release_all()
+            self.processors.pull.release_all()  # SQL pulls waiting their turn, then every held pull and receive
         except Exception:
             log.exception("releasing held pulls failed")
         if self.acl_watcher is not None:

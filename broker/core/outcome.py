@@ -19,11 +19,15 @@ __all__ = ["Outcome", "Requester"]
 
 @dataclass(slots=True)
 class Outcome(Generic[T]):
-    """A core operation's answer: ``code`` (ResponseCode), ``remark`` (why, when refused), ``value`` (on success)."""
+    """A core operation's answer: ``code`` (ResponseCode), ``remark`` (why, when refused), ``value`` (on success),
+    and ``field``: the request field at fault when that says more than the code (``"topic"``, ``"group"``,
+    ``"invisible_time"``, ``"receipt_handle"``...), so a front end with finer codes (gRPC's ILLEGAL_TOPIC,
+    INVALID_RECEIPT_HANDLE...) need not parse remarks."""
 
     code: int
     remark: str = ""
     value: T | None = None
+    field: str = ""
 
     @property
     def ok(self) -> bool:
@@ -34,8 +38,8 @@ class Outcome(Generic[T]):
         return cls(int(ResponseCode.SUCCESS), remark, value)
 
     @classmethod
-    def refused(cls, code: int, remark: str) -> "Outcome[T]":
-        return cls(int(code), remark, None)
+    def refused(cls, code: int, remark: str, field: str = "") -> "Outcome[T]":
+        return cls(int(code), remark, None, field)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import Any
 from broker.acl.accounts import PUB, SUB, group_resource, unmap_ipv4
 from broker.acl.authorizer import ANY_ACCESS, Authorizer, Needs, Principal
 from broker.acl.resources import topic_resource
+from broker.core.consume import consumer_needs
 from broker.log_limit import RateLimitedLog
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
@@ -63,10 +64,9 @@ def _add(needs: Needs, need: tuple[str, int]) -> None:
 
 
 def _consumer(group: str, topic: str) -> Needs:
-    """SUB on the topic (a retry topic: its group) and on the group."""
-    needs: Needs = [topic_resource(topic, SUB)]
-    _add(needs, (group_resource(group), SUB))
-    return needs
+    """SUB on the topic and on the group: what the typed core request the call is decoded into states
+    (broker/core: ``consumer_needs``, as for a remoting pull)."""
+    return consumer_needs(group, topic)
 
 
 def _named_group(request: Any) -> Needs:
@@ -194,11 +194,14 @@ class GrpcAccess:
             return None, self._refuse(rpc, context, refusal or "not authenticated")
         return Caller(principal, principal.access_key or f"white-listed address {host}"), None
 
-    def decide(self, caller: Caller | None, rpc: str, request: Any, context: Any) -> pb.Status | None:
-        """None when ``caller`` may make ``rpc`` with ``request``; else the UNAUTHORIZED status."""
+    def decide(self, caller: Caller | None, rpc: str, request: Any, context: Any,
+               needs: Needs | None = None) -> pb.Status | None:
+        """None when ``caller`` may make ``rpc`` with ``request`` (or, for a call decoded into a typed core request,
+        with that request's ``needs``); else the UNAUTHORIZED status."""
         if caller is None or self.authorizer is None:
             return None
-        refusal = self.authorizer.decide(caller.principal, needs_of(rpc, request), what=rpc)
+        refusal = self.authorizer.decide(caller.principal, needs_of(rpc, request) if needs is None else needs,
+                                         what=rpc)
         return None if refusal is None else self._refuse(rpc, context, refusal)
 
     def claim(self, caller: Caller | None, rpc: str, client_id: str, context: Any) -> pb.Status | None:
@@ -208,13 +211,13 @@ class GrpcAccess:
         refusal = self.owners.claim(client_id, caller.identity)
         return None if refusal is None else self._refuse(rpc, context, refusal)
 
-    def admit(self, rpc: str, request: Any, context: Any, client_id: str = "") -> tuple[Caller | None,
-                                                                                          pb.Status | None]:
+    def admit(self, rpc: str, request: Any, context: Any, client_id: str = "",
+              needs: Needs | None = None) -> tuple[Caller | None, pb.Status | None]:
         """Authenticate, decide on what ``request`` names, and check the session ``client_id`` is the caller's:
         (caller, None) when the call may run, (None, status) when it may not."""
         caller, refused = self.authenticate(context, rpc)
         if refused is None:
-            refused = self.decide(caller, rpc, request, context)
+            refused = self.decide(caller, rpc, request, context, needs)
         if refused is None:
             refused = self.claim(caller, rpc, client_id, context)
         return (None, refused) if refused is not None else (caller, None)

@@ -15,8 +15,9 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
+from broker.acl.authorizer import Needs
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestamp
+from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
 from broker.grpc.consumer import ConsumerRpcs
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
 from broker.pop.service import MAX_BATCH
@@ -103,9 +104,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.send_limits = SendLimits(broker.config)  # properties per message (issue 27), as on remoting
         broker.pop_service.client_alive = self.client_alive
         self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
-        self.consumers = ConsumerRpcs(broker.pop_service, broker.topic_config_manager,
-                                      broker.subscription_group_manager, broker.config, self.settings.get,
-                                      self._seen)
+        self.consumers = ConsumerRpcs(broker.pop_core, broker.config.broker_name, self.settings.get, _client_id,
+                                      self._admit)
 
     def _seen(self, context: Any) -> str:
         """The caller's client id, noting that it is alive."""
@@ -119,6 +119,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return seen is not None and time.monotonic() - seen < CLIENT_ALIVE_MS / 1000
 
     # ---- access (broker/grpc/access.py: the broker's one Authorizer) ----------------------------------------
+    def _admit(self, rpc: str, needs: Needs, context: Any) -> pb.Status | None:
+        """A call decoded into a typed core request: authorized on that object's needs; an admitted caller's client
+        is noted alive. None = allowed."""
+        _caller, refused = self.access.admit(rpc, None, context, _client_id(context), needs=needs)
+        if refused is None:
+            self._seen(context)
+        return refused
+
     def _refusal(self, rpc: str, request: Any, context: Any) -> pb.Status | None:
         """With aclEnable=true: the call must be signed by an account of the ACL file within
         aclTimeToleranceSeconds, may use what ``request`` names, and may act as the client id it names. None =
@@ -360,39 +368,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
         return await self.consumers.query_assignment(request, endpoints)
 
+    # decoded, authorized (on the typed request), executed and answered in broker/grpc/consumer.py
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        refused = self._refusal("ReceiveMessage", request, context)
-        if refused is not None:  # the frames of any failed receive: a status, then the delivery timestamp
-            yield spb.ReceiveMessageResponse(status=refused)
-            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
-            return
-        self._seen(context)
-        async for frame in self.consumers.receive(request, context):
+        async for frame in self.consumers.receive(request, context):  # grpc.aio needs an async generator here
             yield frame
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
-        refused = self._refusal("AckMessage", request, context)
-        if refused is not None:
-            return spb.AckMessageResponse(status=refused)
-        self._seen(context)
-        return await self.consumers.ack(request)
+        return await self.consumers.ack(request, context)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Any) -> spb.ChangeInvisibleDurationResponse:
-        refused = self._refusal("ChangeInvisibleDuration", request, context)
-        if refused is not None:
-            return spb.ChangeInvisibleDurationResponse(status=refused)
-        self._seen(context)
-        return await self.consumers.change_invisible(request)
+        return await self.consumers.change_invisible(request, context)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
                                               context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        refused = self._refusal("ForwardMessageToDeadLetterQueue", request, context)
-        if refused is not None:
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=refused)
-        self._seen(context)
-        return await self.consumers.forward_to_dead_letter(request)
+        return await self.consumers.forward_to_dead_letter(request, context)
 
     # ---- transactions and timed messages ----------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.background import BackgroundService
+from broker.core.arrivals import ANY_QUEUE, WAKE_SHUTDOWN, Arrivals, Watch
 from broker.filter import MessageFilter
 from broker.log_limit import RateLimitedLog
 from broker.managers.derived_names import pop_retry_topic  # the name's one definition (checked there at receive)
@@ -125,12 +126,13 @@ class RenewPolicy:
 
 
 class PopService(BackgroundService):
-    """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state."""
+    """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state.
+    Receives wait for messages on the broker's one new-message notification (``arrivals``)."""
 
     task_name = "pop-revive"
 
     def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, config_dir: str, broker_name: str,
-                 client_alive: Callable[[str], bool] = lambda _client: True,
+                 arrivals: Arrivals, client_alive: Callable[[str], bool] = lambda _client: True,
                  renew: RenewPolicy = RenewPolicy()) -> None:
         self.store = store
         self.topics = topics
@@ -140,7 +142,8 @@ class PopService(BackgroundService):
         self.client_alive = client_alive
         self.renew = renew
         self.state = PopState(config_dir)
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self.arrivals = arrivals
+        self._watches: set[Watch] = set()  # the receives waiting now (woken when the service stops)
         self._rotation: dict[tuple[str, str], int] = {}
         self._warnings = RateLimitedLog(log, 60.0)
         self._random = random.Random()
@@ -168,20 +171,13 @@ class PopService(BackgroundService):
 
     async def stop(self) -> None:
         await super().stop()
-        for waiting in self._waiters.values():
-            for event in waiting:
-                event.set()
+        for watch in list(self._watches):
+            watch.interrupt()
         self.state.close()
 
-    def on_message_arrival(self, topic: str, queue_id: int, max_offset: int, tags: Any = None) -> None:
-        """Store arrival listener: wake the receives waiting on this topic."""
-        waiting = self._waiters.get(topic)
-        if waiting:
-            for event in waiting:
-                event.set()
-
     def _wake(self, topic: str) -> None:
-        self.on_message_arrival(topic, -1, 0)
+        """The receives of ``topic`` may find something now (a FIFO queue moved on, a lapsed batch is due)."""
+        self.arrivals.poke(topic)
 
     def _on_topic_change(self, topic: str, config: Any) -> None:
         """A deleted topic takes every group's progress on it (and on its pop retry topics) along."""
@@ -195,32 +191,23 @@ class PopService(BackgroundService):
             raise PopError(KIND_BUSY, f"polling full: {self._polling} receives are waiting for messages")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, poll_s)
-        retry_topic = pop_retry_topic(request.group, request.topic)
-        event = asyncio.Event()
-        topics = (request.topic, retry_topic)
-        for name in topics:
-            self._waiters.setdefault(name, set()).add(event)
+        keys = [(request.topic, ANY_QUEUE), (pop_retry_topic(request.group, request.topic), ANY_QUEUE)]
         self._polling += 1
-        try:
-            for _ in range(100_000):
-                event.clear()
-                deliveries = await self._pop(request)
-                remaining = deadline - loop.time()
-                if deliveries or remaining <= 0 or self._task is None:
-                    return deliveries
-                try:
-                    await asyncio.wait_for(event.wait(), remaining)
-                except asyncio.TimeoutError:
-                    pass
-            return []
-        finally:
-            self._polling -= 1
-            for name in topics:
-                waiting = self._waiters.get(name)
-                if waiting is not None:
-                    waiting.discard(event)
-                    if not waiting:
-                        del self._waiters[name]
+        with self.arrivals.watch(keys) as watch:  # registered before the first try: no arrival falls between
+            self._watches.add(watch)
+            try:
+                for _ in range(100_000):
+                    watch.clear()
+                    deliveries = await self._pop(request)
+                    remaining = deadline - loop.time()
+                    if deliveries or remaining <= 0 or self._task is None:
+                        return deliveries
+                    if await watch.wait(remaining) == WAKE_SHUTDOWN:
+                        return []
+                return []
+            finally:
+                self._polling -= 1
+                self._watches.discard(watch)
 
     async def _pop(self, request: PopRequest) -> list[Delivery]:
         collected = _Pass()
@@ -388,18 +375,39 @@ class PopService(BackgroundService):
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:
         """Finish one delivery; acking a message acked already (an unexpired handle) is harmless."""
-        try:
-            key, progress, _entry = self._locate(group, topic, handle)
-        except PopError as exc:
-            if exc.kind == KIND_HANDLE_UNKNOWN:
-                return
-            raise
-        progress.finish([handle.queue_offset])
-        self.state.log_finish(key, [handle.queue_offset])
-        self._commit(key, progress)
-        self.state.maybe_snapshot()
-        if not progress.inflight:
-            self._wake(topic)  # a FIFO queue may move on
+        problem = self.ack_many(group, topic, [handle])[0]
+        if problem is not None:
+            raise problem
+
+    def ack_many(self, group: str, topic: str, handles: list[ReceiptHandle]) -> list[Exception | None]:
+        """Finish several deliveries (one ack request): per handle None or the PopError/InvalidHandle refusing it.
+        The bookkeeping is per queue, not per message: one journal line and one offset commit per queue touched."""
+        problems: list[Exception | None] = []
+        finished: dict[QueueKey, tuple[QueueProgress, list[int]]] = {}
+        for handle in handles:
+            try:
+                key, progress, _entry = self._locate(group, topic, handle)
+            except PopError as exc:
+                problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
+                continue
+            except InvalidHandle as exc:
+                problems.append(exc)
+                continue
+            problems.append(None)
+            offsets = finished.setdefault(key, (progress, []))[1]
+            if handle.queue_offset not in offsets:
+                offsets.append(handle.queue_offset)
+        emptied = False
+        for key, (progress, offsets) in finished.items():
+            progress.finish(offsets)
+            self.state.log_finish(key, offsets)
+            self._commit(key, progress)
+            emptied = emptied or not progress.inflight
+        if finished:
+            self.state.maybe_snapshot()
+            if emptied:
+                self._wake(topic)  # a FIFO queue may move on
+        return problems
 
     def change_invisible(self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
         """The delivery stays invisible `invisible_ms` from now; returns the handle that supersedes `handle`."""

@@ -107,9 +107,8 @@ class BrokerRoles:
         b = self.broker
         if self._held_arrivals:
             arrivals, self._held_arrivals = self._held_arrivals, {}
-            pull = b.processors.pull
             for (topic, queue_id), max_offset in arrivals.items():
-                pull.on_message_arrival(topic, queue_id, max_offset, None)
+                b.arrivals.notify(topic, queue_id, max_offset, None)  # held pulls and POP receives alike
 
     def _on_unreconcilable(self, reason: str | None) -> None:
         """A replica whose history cannot be reconciled is taken out of the routes."""
@@ -131,7 +130,6 @@ class BrokerRoles:
             b.timer_service.load()
             b.store.add_arrival_listener(b.timer_service.on_message_arrival)
             b.pop_service.load()
-            b.store.add_arrival_listener(b.pop_service.on_message_arrival)
             self._master_services_loaded = True
         else:
             b.timer_service.load()

@@ -16,7 +16,6 @@ from broker.filter import (
     retry_filter,
 )
 from broker.filter.tags import parse_tag_expression, tags_of_expression
-from broker.long_polling import HeldPull
 from broker.managers.consumer_filter import DEAD_ENTRY_TTL_MS, ConsumerFilterManager
 from protocol.hashing import java_string_hash
 from protocol.ids import pack_host
@@ -124,25 +123,29 @@ def test_consumer_filter_manager_persists(tmp_path) -> None:
     assert revived.register("g", "T", "a > 9", "SQL92", 6).is_dead is False
 
 
-class _Channel:
-    closed = False
+async def test_held_pull_wakes_only_when_an_arrived_record_matches(tmp_path) -> None:
+    """The held pull's arrival check (broker/core/consume.py): past its offset, a matching tag, and for SQL92 one of
+    the records that just arrived must match."""
+    from broker.core.arrivals import Arrivals
+    from broker.core.consume import Puller, PullRequest
+    from tests.support.store import make_msg, open_store
 
-
-def test_held_pull_wakes_only_when_the_record_check_matches() -> None:
-    held = HeldPull(_Channel(), None, None, "T", 0, 5, None)
-    seen = []
-
-    def check(h, max_offset, count):
-        seen.append((max_offset, count))
-        return max_offset >= 8
-
-    held.record_check = check
-    assert not held.arrival_matches(5, 0)  # nothing new beyond the held offset
-    assert not held.arrival_matches(6, 0)
-    assert held.arrival_matches(8, [0, 0])
-    assert seen == [(6, 1), (8, 2)]
-    tagged = HeldPull(_Channel(), None, None, "T", 0, 5, {7}.__contains__)
-    assert not tagged.arrival_matches(6, 3) and tagged.arrival_matches(6, [1, 7])
+    store = open_store(tmp_path)
+    try:
+        puller = Puller(None, store, None, None, None, None, None, Arrivals())
+        held = PullRequest("g", "T", 0, 5)
+        sql = puller._arrival_matches(held, build_filter("SQL92", "a > 5"))
+        for i in range(8):  # offsets 0..7: a = i
+            await store.put_message(make_msg(i, topic="T", extra={"a": str(i)}))
+        assert not sql(5, 0)  # nothing new beyond the held offset
+        assert not sql(6, 0)  # offset 5: a = 5
+        assert sql(7, [0, 0])  # offsets 5, 6: a = 6 matches
+        tagged = puller._arrival_matches(held, build_filter("TAG", "TagB"))
+        from protocol.hashing import tags_code
+        assert not tagged(6, tags_code("TagA")) and tagged(6, [tags_code("TagA"), tags_code("TagB")])
+        assert puller._arrival_matches(held, None)(6, 123)
+    finally:
+        await store.shutdown()
 
 
 def test_record_evaluation_rate_is_reported() -> None:
