@@ -368,7 +368,7 @@ function bindSearchForms() {
   if (timeForm) timeForm.addEventListener("submit", (event) => {
     event.preventDefault();
     const f = new FormData(timeForm);
-    const begin = parseWhen(f.get("begin")), end = parseWhen(f.get("end"));
+    const begin = parseWhen(f.get("begin")), end = parseWhen(f.get("end")) + 999;  // "To" includes its second
     if (Number.isNaN(begin) || Number.isNaN(end)) { flash("Give times as YYYY-MM-DD HH:MM:SS (24-hour, local time).", true); return; }
     location.hash = `#/messages?topic=${enc(f.get("topic").trim())}&begin=${begin}&end=${end}`;
   });
