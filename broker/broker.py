@@ -26,6 +26,7 @@ from broker.managers.broker_name_file import write_broker_name
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
 from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.dlq_resends import DlqResendLog
 from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
@@ -157,6 +158,7 @@ class Broker:
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
         self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
+        self.dlq_resends = DlqResendLog(config_dir)  # the audit of dead-letter resends (console, mqadmin)
         self.rebalance_lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
         self.timer_service = TimerMessageService(self.store, config_dir)
@@ -267,9 +269,10 @@ class Broker:
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),
             query=QueryProcessor(store),
-            retry=RetryProcessor(config, store, topics, groups, self.schedule_service),
+            retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.dlq_resends),
             lock=LockProcessor(self.rebalance_lock_manager),
-            admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view),
+            admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view,
+                               self.producer_manager),
             client_call=ClientCallProcessor(consumers, store, config.broker_name),
             replicas=ReplicasProcessor(config, store.commit_log, self.roles),
         )
@@ -465,7 +468,8 @@ class Broker:
             parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
                                  lambda: self.store.commit_log.max_offset)
         views = ConsoleViews(self.view, self.dispatch_table, facts,
-                             ReplicationView(cfg.broker_cluster_name, cfg.broker_name, parts))
+                             ReplicationView(cfg.broker_cluster_name, cfg.broker_name, parts),
+                             resends=self.dlq_resends)
         lock_s = float(cfg.dashboard_sign_in_lock_seconds)
         max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
         sign_in = SignInThrottle(
@@ -575,7 +579,7 @@ class Broker:
 
     def _persist_all(self) -> None:
         for manager in (self.consumer_offset_manager, self.topic_config_manager, self.subscription_group_manager,
-                        self.consumer_filter_manager):
+                        self.consumer_filter_manager, self.dlq_resends):
             try:
                 manager.persist()
             except Exception:

@@ -30,6 +30,7 @@ from client.route import TopicPublishInfo, TopicRoute
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import UniqKeyGenerator
+from protocol.trace import TRACE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
 
 class Producer(ClientLifecycle):
-    """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`."""
+    """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`.
+
+    enable_trace=True records a message trace (a Pub record) for every message `send`/`send_async` stored, sent in
+    batches in the background to `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the reference clients' format."""
 
     def __init__(
         self,
@@ -76,6 +80,8 @@ class Producer(ClientLifecycle):
         latency_max: Sequence[float] = LATENCY_MAX,
         not_available_duration: Sequence[float] = NOT_AVAILABLE_DURATION,
         send_msg_max_timeout_per_request: float | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("producer group must not be empty")
@@ -128,6 +134,14 @@ class Producer(ClientLifecycle):
             if start_detector_enable:
                 self._detector = BrokerDetector(self._faults, self._instance, self._probe_topic, detect_interval,
                                                 detect_timeout)
+        # Message traces (client/trace.py): send and send_async are wrapped only when asked for.
+        self.trace_dispatcher = None
+        if enable_trace:
+            from client.trace import TraceDispatcher, trace_producer
+
+            self.trace_dispatcher = TraceDispatcher(group, namesrv_addr, trace_topic=trace_topic or TRACE_TOPIC,
+                                                    credentials=credentials, tls=tls, tls_ca_path=tls_ca_path)
+            trace_producer(self, self.trace_dispatcher)
 
     @property
     def send_latency_fault_enable(self) -> bool:
@@ -138,7 +152,14 @@ class Producer(ClientLifecycle):
         return {} if self._faults is None else self._faults.isolated()
 
     # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        await super().start()
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.start()
+
     async def shutdown(self) -> None:
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.close()  # the traces of the last sends go out first
         if self._detector is not None:
             await self._detector.close()
         await super().shutdown()

@@ -59,6 +59,7 @@ from client.subscription_state import SubscriptionState
 from protocol.admin_bodies import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.trace import TRACE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ class PushConsumer:
     end, except that the broker answers 0 for a queue whose first message is still stored (RocketMQ's "young queue"
     rule, kept so a new group on a new topic loses nothing); FIRST_OFFSET starts at the queue's beginning; TIMESTAMP
     at the first message stored at or after `consume_timestamp` (ms; default 30 minutes ago), young queue or not.
+
+    enable_trace=True records each listener call as message traces (SubBefore/SubAfter: group, msgId, retry times,
+    per-message cost, success) and sends them in batches in the background to `trace_topic` (default
+    RMQ_SYS_TRACE_TOPIC) in the reference clients' format.
     """
 
     def __init__(
@@ -115,6 +120,8 @@ class PushConsumer:
         credentials: Credentials | None = None,
         tls: "bool | ssl.SSLContext" = False,
         tls_ca_path: str | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("consumer group must not be empty")
@@ -161,6 +168,7 @@ class PushConsumer:
         self._ops = ConsumerOps(self._instance, group)
         self._subscription = SubscriptionState(group, clustering=message_model == "CLUSTERING")
         self._listener: Listener | None = None
+        self._traced: Listener | None = None  # the listener wrapped for message traces (enable_trace)
         self.orderly = False
         self._locks = QueueLocks(self._ops, self._instance.client_id)
         self.offset_store: OffsetStore | None = None
@@ -174,6 +182,13 @@ class PushConsumer:
         self._background: set[asyncio.Task] = set()  # one-off jobs a broker request started (offset resets)
         self._started = False
         self.start_timestamp_ms = 0
+        # Message traces (client/trace.py): the listener is wrapped at start when asked for.
+        self.trace_dispatcher = None
+        if enable_trace:
+            from client.trace import TraceDispatcher
+
+            self.trace_dispatcher = TraceDispatcher(group, namesrv_addr, trace_topic=trace_topic or TRACE_TOPIC,
+                                                    credentials=credentials, tls=tls, tls_ca_path=tls_ca_path)
 
     @property
     def client_id(self) -> str:
@@ -256,7 +271,7 @@ class PushConsumer:
                              if self._uses_locks else None)
         if self.orderly:
             self._consume = ConsumeOrderlyService(
-                self.group, self._listener, store, self._send_back,
+                self.group, self._traced or self._listener, store, self._send_back,
                 thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
                 clustering=self._clustering, max_reconsume_times=self.max_reconsume_times,
                 suspend_time=self.suspend_current_queue_time_millis / 1000.0,
@@ -264,7 +279,7 @@ class PushConsumer:
             )
         else:
             self._consume = ConsumeService(
-                self.group, self._listener, store, self._send_back,
+                self.group, self._traced or self._listener, store, self._send_back,
                 thread_max=self.consume_thread_max, batch_max_size=self.consume_message_batch_max_size,
                 clustering=self._clustering, consume_timeout=self.consume_timeout * 60.0,
             )
@@ -300,12 +315,18 @@ class PushConsumer:
         if not self._subscriptions:
             raise MQClientError("subscribe to at least one topic before starting the push consumer")
         self.start_timestamp_ms = int(time.time() * 1000)
+        if self.trace_dispatcher is not None:
+            from client.trace import traced_listener
+
+            self._traced = traced_listener(self._listener, self.group, self.trace_dispatcher)
         self._build_parts()
         await self.offset_store.load()
         self._consume.start()
         self._set_stopping(False)
         await self._instance.start()
         self._started = True
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.start()
         for topic in self._all_subscriptions():
             self._instance.tracked_topics.add(topic)
             try:
@@ -362,6 +383,8 @@ class PushConsumer:
         self._set_stopping(True)
         await self._consume.shutdown(0)
         await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.close(0)
 
     async def shutdown(self, consume_grace: float | None = None) -> None:
         """Stop pulling, finish running listeners, commit offsets (acknowledged), unregister, close."""
@@ -383,6 +406,8 @@ class PushConsumer:
         if self._uses_locks:
             await self._locks.unlock(mq for mq, pq in self._process_queues.items() if pq.locked and mq not in busy)
         await self._instance.shutdown(unregister=[{"consumerGroup": self.group}])
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.close()  # the last consumptions' traces go out before it stops
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()

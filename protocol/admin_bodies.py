@@ -31,6 +31,8 @@ __all__ = [
     "ConsumeStats",
     "Connection",
     "ConsumerConnection",
+    "ProducerConnection",
+    "ProducerTableInfo",
     "KVTable",
 ]
 
@@ -362,6 +364,37 @@ class ConsumerConnection:
 
     def encode(self) -> bytes:
         return dumps_compact(self.to_json())
+
+
+@dataclass(slots=True)
+class ProducerConnection:
+    """GET_PRODUCER_CONNECTION_LIST (204): ``{"connectionSet": [Connection, ...]}``."""
+
+    connection_set: list[Connection] = field(default_factory=list)
+
+    @classmethod
+    def decode(cls, data: Any) -> "ProducerConnection":
+        d = _as_obj(data)
+        return cls([Connection.from_json(c) for c in d.get("connectionSet") or [] if isinstance(c, dict)])
+
+    def encode(self) -> bytes:
+        return dumps_compact({"connectionSet": [c.to_json() for c in self.connection_set]})
+
+
+@dataclass(slots=True)
+class ProducerTableInfo:
+    """GET_ALL_PRODUCER_INFO (328): ``{"data": {group: [{"clientId", "remoteIP", "language", "version",
+    "lastUpdateTimestamp"}, ...]}}``; read back as plain dicts."""
+
+    data: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, data: Any) -> "ProducerTableInfo":
+        table = as_dict(_as_obj(data).get("data"))
+        return cls({str(g): [dict(p) for p in v if isinstance(p, dict)] for g, v in table.items() if isinstance(v, list)})
+
+    def encode(self) -> bytes:
+        return dumps_compact({"data": self.data})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -559,6 +559,12 @@ class GetConsumerConnectionListRequestHeader(Header):
     consumer_group = F("consumerGroup", str, required=True)
 
 
+class GetProducerConnectionListRequestHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST (204): the live connections of one producer group."""
+
+    producer_group = F("producerGroup", str, required=True)
+
+
 class GetConsumeStatsRequestHeader(Header):
     consumer_group = F("consumerGroup", str, required=True)
     topic = F("topic", str)
@@ -581,7 +587,8 @@ class ResendDlqMessageRequestHeader(Header):
     The message is named by ``offset`` (commit-log offset) or ``msgId`` (offset message id or UNIQ_KEY);
     The target is ``%RETRY%<group>`` by default (only that group consumes it again; RETRY_TOPIC keeps the original
     topic), ``topic`` when given, or the original topic (RETRY_TOPIC) with ``toOriginalTopic=true``;
-    ``queueId`` < 0 picks one."""
+    ``queueId`` < 0 picks one. A letter resent before is refused unless ``force=true`` (the broker keeps an audit of
+    resends: broker/managers/dlq_resends.py)."""
 
     group = F("group", str, required=True)
     offset = F("offset", int64)
@@ -589,6 +596,7 @@ class ResendDlqMessageRequestHeader(Header):
     topic = F("topic", str)
     queue_id = F("queueId", int32, default=-1)
     to_original_topic = F("toOriginalTopic", bool, default=False)
+    force = F("force", bool, default=False)
 
 
 class DeleteTopicFromNamesrvRequestHeader(Header):

@@ -97,6 +97,7 @@ _READERS: dict[int, Reader] = {
     RequestCode.GET_TOPIC_STATS_INFO: _header(h.GetTopicStatsInfoRequestHeader),
     RequestCode.GET_CONSUME_STATS: _header(h.GetConsumeStatsRequestHeader),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _header(h.GetConsumerConnectionListRequestHeader),
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: _header(h.GetProducerConnectionListRequestHeader),
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _header(h.DeleteSubscriptionGroupRequestHeader),
     RequestCode.GET_CONSUMER_RUNNING_INFO: _header(h.GetConsumerRunningInfoRequestHeader),
     RequestCode.CONSUME_MESSAGE_DIRECTLY: _header(h.ConsumeMessageDirectlyRequestHeader),

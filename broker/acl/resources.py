@@ -37,6 +37,7 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_BROKER_CONFIG, RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_PENDING_TRANSACTIONS,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.GET_ALL_PRODUCER_INFO,  # every producer's address
     # issue 28, broker side of controller mode: a replica's epochs, and role notices on the broker's own port
     RequestCode.GET_BROKER_EPOCH_CACHE, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })

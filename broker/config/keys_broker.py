@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 
+from protocol.names import topic_problem
+
 from .defaults import default_broker_name, env_namesrv_addr
-from .entry import OneOf, Positive, Range, key
+from .entry import OneOf, Positive, Range, Rule, key
 
 __all__ = ["KEYS", "BROKER_ROLES"]
 
@@ -41,7 +43,8 @@ KEYS = (
        doc="project key: cap on a pull's suspendTimeoutMillis (long polling)"),
     _k("slaveReadEnable", bool, False),
     _k("traceOn", bool, True),
-    _k("traceTopicEnable", bool, False),
+    _k("traceTopicEnable", bool, False, doc="create the message-trace topic (msgTraceTopicName) at start-up"),
+    _k("msgTraceTopicName", str, "RMQ_SYS_TRACE_TOPIC", Rule(topic_problem), doc="the topic clients write message traces to"),
     _k("flushConsumerOffsetInterval", int, 5000, Positive()),
     _k("rebalanceLockMaxLiveTime", int, 60_000, doc="project key (a -D property in RocketMQ): queue lock lifetime, ms"),
     # POP consumption over gRPC (the reference proxy's keys): the shortest invisible duration a receive may ask

@@ -20,6 +20,7 @@ from broker.acl.authorizer import Authorizer
 from broker.console.access import ConsoleError, Viewer
 from broker.console.auth import SESSION_COOKIE, SESSION_TTL_S, ConsoleAuth
 from broker.console.history import CounterHistory, Sample, now_ms
+from broker.console.insight import broker_config, producer_list, trace_of, trace_topic_name
 from broker.console.hosts import HostCheck
 from broker.console.throttle import SignInThrottle, ThrottlePolicy
 from broker.console.views import ConsoleViews
@@ -134,6 +135,9 @@ class ConsoleServer:
         r.add_get("/api/messages/{offset}", self._message)
         r.add_get("/api/dlq/{group}", self._dlq)
         r.add_post("/api/dlq/{group}/resend", self._resend)
+        r.add_get("/api/producers", self._producers)
+        r.add_get("/api/config", self._config)
+        r.add_get("/api/traces/{msgId}", self._trace)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -338,7 +342,27 @@ class ConsoleServer:
             if not isinstance(raw, list) or not raw or not all(isinstance(o, int) for o in raw):
                 raise ConsoleError(400, "give 'offsets' (a list of commit-log offsets) or 'all': true")
             offsets = raw
-        results = await self.views.resend(group, offsets, self._caller(request))
+        confirmed = body.get("confirm") is True
+        earlier = self.views.already_resent(group, offsets)
+        if earlier and not confirmed:  # resending twice delivers twice: the page asks first
+            last = max(earlier, key=lambda e: e["at"])
+            return web.json_response({
+                "error": f"{len(earlier)} of these {len(offsets)} dead letter(s) were resent before (last at "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last['at'] / 1000))} by {last['by']}); "
+                         "confirm to resend them again",
+                "needsConfirm": True, "alreadyResent": earlier}, status=409)
+        results = await self.views.resend(group, offsets, self._caller(request), force=confirmed)
         return web.json_response({"group": group, "results": results,
                                   "resent": sum(1 for r in results if r["ok"])})
+
+    # ---- producers, configuration, traces -------------------------------------------------------
+    async def _producers(self, request: web.Request) -> web.Response:
+        return web.json_response(await producer_list(self.views, self._viewer(request)))
+
+    async def _config(self, request: web.Request) -> web.Response:
+        return web.json_response(await broker_config(self.views, self._viewer(request)))
+
+    async def _trace(self, request: web.Request) -> web.Response:
+        topic = request.query.get("traceTopic", "").strip() or await trace_topic_name(self.views)
+        return web.json_response(trace_of(self.views, request.match_info["msgId"], topic, self._viewer(request)))
 

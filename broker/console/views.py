@@ -120,7 +120,7 @@ class ConsoleViews:
     through the broker's request handlers (`dispatch_table`)."""
 
     def __init__(self, view: BrokerView, dispatch_table: dict[int, Any], facts: BrokerFacts,
-                 replication: Any = None) -> None:
+                 replication: Any = None, *, resends: Any = None) -> None:
         self.store = view.store
         self.topics = view.topics
         self.groups = view.groups
@@ -129,6 +129,7 @@ class ConsoleViews:
         self.dispatch_table = dispatch_table
         self.facts = facts
         self.replication = replication  # broker/console/replication.py's ReplicationView (None: no such page)
+        self.resends = resends  # broker/managers/dlq_resends.py's DlqResendLog (None: no resend audit)
         self.own_topics = (facts.cluster, facts.name)
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -320,6 +321,7 @@ class ConsoleViews:
                         "lag": self.group_lag(group, viewer),
                         "retry": self.stored_count(RETRY_GROUP_TOPIC_PREFIX + group),
                         "dlq": self.stored_count(DLQ_GROUP_TOPIC_PREFIX + group),
+                        "dlqResent": self.resent_count(group),
                         "system": group in SYSTEM_GROUPS})
         return out
 
@@ -355,6 +357,7 @@ class ConsoleViews:
                 "consumeTps": round(stats.consume_tps, 2),
                 "retry": self.stored_count(RETRY_GROUP_TOPIC_PREFIX + group),
                 "dlq": self.stored_count(DLQ_GROUP_TOPIC_PREFIX + group),
+                "dlqResent": self.resent_count(group),
                 "retryMaxTimes": config.retry_max_times if config is not None else None,
                 "topics": sorted({q["topic"] for q in queues})}
 
@@ -517,20 +520,43 @@ class ConsoleViews:
                 offset = result.next_begin_offset
                 out.extend(iter_records(result.body()))
         letters = []
+        audit = self.resends.of_group(group) if self.resends is not None else {}
         for record in out:
             summary = record_summary(record)
             summary["originalTopic"] = record.properties.get("RETRY_TOPIC")
+            summary["lastResent"] = audit.get(record.physical_offset)
             letters.append(summary)
         return {"group": group, "topic": topic, "total": total, "messages": letters,
-                "truncated": total > len(letters)}
+                "truncated": total > len(letters), "resent": self.resent_count(group, audit),
+                "awaiting": max(0, total - self.resent_count(group, audit))}
 
-    async def resend(self, group: str, offsets: list[int], caller: str) -> list[dict[str, Any]]:
-        """Resend dead letters to `group` (through its retry topic: only this group consumes them again)."""
+    def resent_count(self, group: str, audit: dict[int, Any] | None = None) -> int:
+        """Dead letters of `group` still stored that were resent at least once."""
+        if self.resends is None:
+            return 0
+        audit = self.resends.of_group(group) if audit is None else audit
+        if not audit:
+            return 0
+        oldest = self.store.commit_log_min_offset  # letters in deleted commit-log files are gone
+        return sum(1 for offset in audit if offset >= oldest)
+
+    def already_resent(self, group: str, offsets: list[int]) -> list[dict[str, Any]]:
+        """The audit entries of those `offsets` that were resent before (resending again needs confirming)."""
+        if self.resends is None:
+            return []
+        return [entry for entry in (self.resends.last(group, o) for o in offsets) if entry is not None]
+
+    async def resend(self, group: str, offsets: list[int], caller: str, *, force: bool = False
+                     ) -> list[dict[str, Any]]:
+        """Resend dead letters to `group` (through its retry topic: only this group consumes them again); a letter
+        resent before only with `force` (the broker refuses it otherwise)."""
         results = []
         for offset in offsets:
+            fields: dict[str, Any] = {"group": group, "offset": offset}
+            if force:
+                fields["force"] = "true"
             try:
-                response = await self.call(RequestCode.RESEND_DLQ_MESSAGE, {"group": group, "offset": offset},
-                                           caller=caller)
+                response = await self.call(RequestCode.RESEND_DLQ_MESSAGE, fields, caller=caller)
                 ext = response.ext_fields or {}
                 results.append({"commitLogOffset": offset, "ok": True, "topic": ext.get("topic"),
                                 "msgId": ext.get("uniqKey") or ext.get("msgId")})

@@ -125,8 +125,8 @@ class TopicConfigManager(PersistentTable):
         self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         self._add_system(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
         self._add_system(TopicConfig(TIMER_TOPIC, 1, 1))
-        if cfg.trace_topic_enable:
-            self._add_system(TopicConfig(TRACE_TOPIC, 1, 1))
+        if cfg.trace_topic_enable:  # clients write message traces there (protocol/trace.py)
+            self._add_system(TopicConfig(getattr(cfg, "msg_trace_topic_name", "") or TRACE_TOPIC, 1, 1))
 
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.startswith("rmq_sys_")

@@ -20,6 +20,8 @@ from protocol.admin_bodies import (
     Connection,
     ConsumerConnection,
     KVTable,
+    ProducerConnection,
+    ProducerTableInfo,
     OffsetWrapper,
     TopicOffset,
     TopicStatsTable,
@@ -79,9 +81,10 @@ class AdminProcessor(GroupChecks):
 
     def __init__(self, config: "BrokerConfig", store: "MessageStore", topics: "TopicConfigManager",
                  groups: "SubscriptionGroupManager", consumers: ConsumerManager, offsets: "ConsumerOffsetManager",
-                 state: BrokerState) -> None:
+                 state: BrokerState, producers: Any = None) -> None:
         super().__init__()
         self.config = config
+        self.producers = producers  # ProducerManager: the producer connection requests
         self.store = store
         self.topics = topics
         self.groups = groups
@@ -103,6 +106,8 @@ class AdminProcessor(GroupChecks):
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_ALL_PRODUCER_INFO: self.get_all_producer_info,
         }
 
     # ---- topics ---------------------------------------------------------------------------------
@@ -219,6 +224,22 @@ class AdminProcessor(GroupChecks):
             consume_from_where=info.consume_from_where,
         )
         return cmd.make_response(ResponseCode.SUCCESS, body=body.encode())
+
+    def get_producer_connection_list(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        group = read_request(cmd).producer_group
+        clients = self.producers.groups.get(group)
+        if not clients:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = ProducerConnection([Connection(c.client_id, getattr(c.channel, "remote_addr", ""), str(c.language),
+                                              c.version) for c in clients.values()])
+        return cmd.make_response(ResponseCode.SUCCESS, body=body.encode())
+
+    def get_all_producer_info(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        table = {group: [{"clientId": c.client_id, "remoteIP": getattr(c.channel, "remote_addr", ""),
+                          "language": str(c.language), "version": c.version, "lastUpdateTimestamp": c.last_update}
+                         for c in clients.values()]
+                 for group, clients in self.producers.groups.items()}
+        return cmd.make_response(ResponseCode.SUCCESS, body=ProducerTableInfo(table).encode())
 
     async def update_and_create_subscription_group(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         """Create or replace a group; subscriptionGroup.json is written before the answer, so an acknowledged

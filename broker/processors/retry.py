@@ -12,7 +12,9 @@ by key with QUERY_MESSAGE (12). RESEND_DLQ_MESSAGE puts one dead message back on
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from broker.schedule.service import ScheduleMessageService
     from broker.store.message_store import MessageStore
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_RECONSUME_TIMES = 16
 FIRST_RETRY_DELAY_LEVEL = 3  # delayLevel 0 -> 3 + reconsumeTimes (10 s, 30 s, 1 min, ...)
 MIN_VERSION_WITH_MAX_RECONSUME_TIMES = 121  # V3_4_9: older clients' maxReconsumeTimes is ignored
@@ -51,8 +55,9 @@ class RetryProcessor(GroupChecks):
     """Writes retried and re-sent messages to the store (through the delay path for retries)."""
 
     def __init__(self, config: "BrokerConfig", store: "MessageStore", topics: "TopicConfigManager",
-                 groups: "SubscriptionGroupManager", schedule: "ScheduleMessageService") -> None:
+                 groups: "SubscriptionGroupManager", schedule: "ScheduleMessageService", resends: Any = None) -> None:
         super().__init__()
+        self.resends = resends  # broker/managers/dlq_resends.py's DlqResendLog: the resend audit
         self.config = config
         self.store = store
         self.topics = topics
@@ -181,6 +186,17 @@ class RetryProcessor(GroupChecks):
         if record is None:
             which = header.offset if header.offset is not None else header.msg_id
             return cmd.make_response(ResponseCode.QUERY_NOT_FOUND, f"no message {which} in {dlq}")
+        resends = self.resends
+        earlier = resends.last(header.group, record.physical_offset) if resends is not None else None
+        if earlier is not None and not header.force:
+            # resending twice delivers the message twice: only on purpose
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(earlier["at"] / 1000))
+            return cmd.make_response(
+                ResponseCode.INVALID_PARAMETER,
+                f"dead letter {record.uniq_key or record.offset_msg_id} of group {header.group} was already resent "
+                f"to {earlier['target']} at {when} by {earlier['by']} ({earlier['count']} time(s)); resend it again "
+                "with force=true", {"resentAt": str(earlier["at"]), "resentBy": earlier["by"],
+                                    "resentCount": str(earlier["count"])})
         properties = dict(record.properties)
         original = properties.get(PROP_RETRY_TOPIC) or properties.get("REAL_TOPIC")
         to_retry = not header.topic and not header.to_original_topic
@@ -214,15 +230,29 @@ class RetryProcessor(GroupChecks):
             properties[PROP_RETRY_TOPIC] = original  # the consumer sees the topic the message was first sent to
         properties[PROP_CLUSTER] = self.config.broker_cluster_name
         message = message_from_record(record, target, queue_id, properties, 0)
-        return self._answer_resend(cmd, self._put(message), target, queue_id, message.uniq_key)
+        access_key = (cmd.ext_fields or {}).get("AccessKey")
+        addr = getattr(channel, "remote_addr", "?")
+        who = f"{access_key}@{addr}" if access_key else addr
+        return self._answer_resend(cmd, self._put(message), target, queue_id, message.uniq_key,
+                                   (header.group, record, who, resends))
 
-    async def _answer_resend(self, cmd: RemotingCommand, put, topic: str, queue_id: int, uniq_key: str | None
-                             ) -> RemotingCommand:
+    async def _answer_resend(self, cmd: RemotingCommand, put, topic: str, queue_id: int, uniq_key: str | None,
+                             audit: tuple[str, MessageRecord, str, Any]) -> RemotingCommand:
         result: PutResult = await put
         if not result.ok:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, result.status.name)
-        ext = {"msgId": result.msg_ids[0] if result.msg_ids else "", "topic": topic, "queueId": str(queue_id),
+        new_msg_id = result.msg_ids[0] if result.msg_ids else ""
+        ext = {"msgId": new_msg_id, "topic": topic, "queueId": str(queue_id),
                "queueOffset": str(result.queue_offset)}
         if uniq_key:
             ext["uniqKey"] = uniq_key
+        group, record, who, resends = audit
+        dead_id = record.uniq_key or record.offset_msg_id
+        count = 1
+        if resends is not None:
+            count = resends.record(group, record.physical_offset, dead_id, topic, new_msg_id, who)["count"]
+        # the audit line: one per resend (an operator's action, never per message of the traffic)
+        log.info("DLQ resend by %s: group %s, message %s (dead letter at commit-log offset %d) to %s as %s%s",
+                 who, group, dead_id, record.physical_offset, topic, new_msg_id,
+                 f" (resent {count} times)" if count > 1 else "")
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)

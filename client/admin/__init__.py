@@ -342,12 +342,14 @@ class AdminClient:
 
     async def resend_dlq_message(self, addr: str, group: str, *, offset: int | None = None,
                                  msg_id: str | None = None, topic: str | None = None,
-                                 to_original_topic: bool = False) -> dict[str, str]:
+                                 to_original_topic: bool = False, force: bool = False) -> dict[str, str]:
         """Re-send one dead message: to %RETRY%<group> by default (only that group), to `topic`, or to the topic it
         was first sent to (to_original_topic: every group of that topic gets it again)."""
         ext = {"group": group, "offset": offset, "msgId": msg_id, "topic": topic}
         if to_original_topic:
             ext["toOriginalTopic"] = "true"
+        if force:  # a letter resent before is refused without it (the broker audits resends)
+            ext["force"] = "true"
         resp = await self.invoke(addr, RequestCode.RESEND_DLQ_MESSAGE, ext)
         what = f"re-send dead message {msg_id if msg_id else offset} of group {group} on {addr}"
         self.check(resp, what)

@@ -24,7 +24,8 @@ from datetime import datetime
 from typing import Callable
 
 from client.admin import AdminClient, AdminError
-from client.admin import commands, consumer_commands, controller_commands, epoch_commands, transaction_commands
+from client.admin import (commands, consumer_commands, controller_commands, epoch_commands, trace_commands,
+                          transaction_commands)
 from client.credentials import ACCESS_KEY_ENV, SECRET_KEY_ENV, SECURITY_TOKEN_ENV, Credentials
 from client.remoting import tls_context
 
@@ -238,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-original-topic", dest="to_original", action="store_true",
                         help="send to the topic each message was first sent to (every group of it gets it again)")
     p.add_argument("-m", "--max", dest="max_messages", type=_positive, default=10_000)
+    p.add_argument("--force", action="store_true",
+                   help="also resend letters that were resent before (each resend delivers the message again)")
 
+    trace_commands.add_parsers(add, parse_time_ms, _positive)  # issue 31: queryMsgTraceById / queryTraceByMsgId
     controller_commands.add_parsers(add)  # issue 28: getControllerMetaData, getSyncStateSet, electMaster, ...
     return parser
 

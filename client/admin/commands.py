@@ -407,10 +407,14 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
         for name, addr in brokers.items():
             try:
                 result = await admin.resend_dlq_message(addr, args.group, msg_id=args.msg_id, topic=args.topic,
-                                                        to_original_topic=args.to_original)
+                                                        to_original_topic=args.to_original, force=args.force)
             except NotFoundError as exc:
                 last = exc
                 continue
+            except RequestFailedError as exc:
+                if "already resent" in str(exc):
+                    raise RequestFailedError(f"{exc} (mqadmin: add --force)", exc.code, exc.remark) from None
+                raise
             sent.append(dict(result, deadMsgId=args.msg_id, brokerName=name))
             break
         if not sent:
@@ -421,7 +425,8 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
             dead_id = record.uniq_key or record.offset_msg_id
             try:
                 result = await admin.resend_dlq_message(addr, args.group, offset=record.physical_offset,
-                                                        topic=args.topic, to_original_topic=args.to_original)
+                                                        topic=args.topic, to_original_topic=args.to_original,
+                                                        force=args.force)
             except (NotFoundError, RequestFailedError) as exc:
                 failed.append({"deadMsgId": dead_id, "brokerName": name, "error": str(exc)})
                 continue
@@ -439,5 +444,7 @@ async def resend_dlq(admin: AdminClient, args: argparse.Namespace) -> int:
               + (f"; {len(failed)} failed" if failed else ""))
         for f in failed:
             print(f"failed: {f['deadMsgId']} on {f['brokerName']}: {f['error']}", file=sys.stderr)
+        if any("already resent" in f["error"] for f in failed):
+            print("letters resent before were left alone: add --force to resend them again", file=sys.stderr)
     return 1 if failed else 0
 

@@ -148,18 +148,24 @@ async def test_dead_letter_list_and_resend(shared_broker):
 
     one = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[0]["uniq"], "--to-original-topic")
     assert [(r["deadMsgId"], r["topic"]) for r in one["resent"]] == [(acks[0]["uniq"], "AdminDlqSrc")]
-    everything = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all", "--to-original-topic")
+    partly = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all", "--to-original-topic")
+    assert partly.returncode == 1 and "re-sent 1 message(s)" in partly.stdout  # the other one was resent before
+    assert "already resent" in partly.stderr and "add --force" in partly.stderr
+    everything = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "--all", "--to-original-topic", "--force")
     assert everything.returncode == 0, everything.stderr
     assert "re-sent 2 message(s)" in everything.stdout and acks[1]["uniq"] in everything.stdout
-    to_retry = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"])
+    to_retry = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"], "--force")
     assert to_retry.returncode == 0, to_retry.stderr
     assert "to %RETRY%AdminDlqGroup (only this group consumes them again)" in to_retry.stdout
     retried = [m["body"] for m in ok_json(ns, "printMsg", "-t", "%RETRY%AdminDlqGroup")]
     assert retried == ["body-1"]
-    elsewhere = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"], "--to-topic", "AdminDlqSrc")
+    elsewhere = ok_json(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"], "--to-topic", "AdminDlqSrc",
+                        "--force")
     assert [r["topic"] for r in elsewhere["resent"]] == ["AdminDlqSrc"]
     bodies = [m["body"] for m in ok_json(ns, "printMsg", "-t", "AdminDlqSrc")]
-    assert sorted(bodies) == ["body-0", "body-0", "body-0", "body-1", "body-1", "body-1"]
+    assert sorted(bodies) == ["body-0"] * 3 + ["body-1"] * 4  # body-1 also went out with the first --all
+    again = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", acks[1]["uniq"])
+    assert again.returncode == 1 and "already resent" in again.stderr and "--force" in again.stderr
 
     assert mqadmin(ns, "dlqList", "-g", "NoDeadLetters").returncode == 4
     missing = mqadmin(ns, "resendDlq", "-g", "AdminDlqGroup", "-i", "NOSUCHID")
@@ -167,7 +173,7 @@ async def test_dead_letter_list_and_resend(shared_broker):
 
 
 @pytest.mark.parametrize("command", ["updateTopic", "deleteTopic", "consumerProgress", "queryMsgByOffset",
-                                     "printMsg", "resendDlq"])
+                                     "printMsg", "resendDlq", "queryMsgTraceById", "queryTraceByMsgId"])
 def test_every_sub_command_has_help(command):
     result = mqadmin(None, command, "--help")
     assert result.returncode == 0 and "--json" in result.stdout

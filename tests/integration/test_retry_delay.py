@@ -156,8 +156,11 @@ async def test_negative_delay_level_goes_straight_to_dlq_and_resend_restores(cli
     (retried,) = await pull_all(client, f"%RETRY%{group}", group)
     assert retried.uniq_key == uniq and retried.reconsume_times == 0
     assert retried.properties["RETRY_TOPIC"] == "DlqDirectTopic"
+    again = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": uniq, "toOriginalTopic": "true"})
+    assert again.code == R.INVALID_PARAMETER and "already resent" in again.remark  # twice only on purpose
+    assert again.ext_fields["resentCount"] == "1"
     resent = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": uniq, "queueId": "3",
-                                                          "toOriginalTopic": "true"})
+                                                          "toOriginalTopic": "true", "force": "true"})
     assert resent.code == 0, resent.remark
     assert resent.ext_fields["topic"] == "DlqDirectTopic" and resent.ext_fields["queueId"] == "3"
     assert resent.ext_fields["uniqKey"] == uniq
@@ -166,9 +169,11 @@ async def test_negative_delay_level_goes_straight_to_dlq_and_resend_restores(cli
     assert back.properties["TAGS"] == "Z"
     assert "RETRY_TOPIC" not in back.properties and "ORIGIN_MESSAGE_ID" not in back.properties
     assert decode_offset_msg_id(resent.ext_fields["msgId"])[2] == back.physical_offset
-    by_offset = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "offset": str(dead.physical_offset)})
+    by_offset = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "offset": str(dead.physical_offset),
+                                                             "force": "true"})
     assert by_offset.code == 0, by_offset.remark
-    by_offset_id = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": dead.offset_msg_id})
+    by_offset_id = await client.request(RC.RESEND_DLQ_MESSAGE, {"group": group, "msgId": dead.offset_msg_id,
+                                                                "force": "true"})
     assert by_offset_id.code == 0, by_offset_id.remark
 
 

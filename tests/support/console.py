@@ -138,6 +138,15 @@ def start_browser(scratch: "os.PathLike[str] | str"):
     return chrome
 
 
+def screenshot(chrome, tmp_path: "os.PathLike[str] | str", name: str) -> None:
+    """Kept with the test's files; also copied to $CONSOLE_SCREENSHOTS when set (README's pictures)."""
+    path = os.path.join(tmp_path, name)
+    chrome.save_screenshot(path)
+    target = os.environ.get("CONSOLE_SCREENSHOTS")
+    if target:
+        shutil.copy(path, os.path.join(target, name))
+
+
 def open_page(chrome, base: str, hash_path: str, timeout: float = 15.0) -> str:
     """Load `hash_path` (e.g. "/topics") and wait until the app rendered it; the main element's text."""
     from selenium.webdriver.common.by import By

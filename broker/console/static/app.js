@@ -19,6 +19,21 @@ function when(ms) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:` +
     `${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
+// Date-time fields are plain text in 24-hour form (a browser's datetime-local picker follows its locale and may
+// show AM/PM): "YYYY-MM-DD HH:MM[:SS]", local time.
+const DATETIME_PATTERN = "\\d{4}-\\d{2}-\\d{2}[ T]\\d{2}:\\d{2}(:\\d{2})?";
+function dateTimeInput(name, ms, extra) {
+  return `<input name="${esc(name)}" class="datetime" type="text" inputmode="numeric" size="19" ` +
+    `pattern="${DATETIME_PATTERN}" placeholder="YYYY-MM-DD HH:MM:SS" title="local time, 24-hour: YYYY-MM-DD HH:MM:SS" ` +
+    `value="${esc(ms ? when(ms) : "")}"${extra || ""}>`;
+}
+function parseWhen(text) {
+  const m = /^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\s*$/.exec(text || "");
+  if (!m) return NaN;
+  const [, y, mo, d, h, mi, s] = m.map(Number);
+  if (h > 23 || mi > 59 || (s || 0) > 59) return NaN;
+  return new Date(y, mo - 1, d, h, mi, s || 0).getTime();
+}
 function duration(seconds) {
   const d = Math.floor(seconds / 86400), h = Math.floor(seconds % 86400 / 3600), m = Math.floor(seconds % 3600 / 60);
   return d ? `${d}d ${h}h ${m}m` : h ? `${h}h ${m}m` : `${m}m ${seconds % 60}s`;
@@ -68,8 +83,25 @@ function cards(items) {
     `${esc(value)}</div></div>`).join("")}</div>`;
 }
 
-// An SVG line chart of points [{t, <key>...}] for the given series [{key, label, cls}].
-function lineChart(points, series, id) {
+// Axis ticks at round values (1, 2, 2.5 or 5 times a power of ten; whole numbers only when `whole`): [top, step].
+function niceScale(max, whole) {
+  if (!(max > 0)) return whole ? [4, 1] : [1, 0.25];
+  const raw = max / 4, mag = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / mag;
+  const factors = whole ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10];
+  let step = factors.find((f) => r <= f + 1e-9) * mag;
+  if (whole) step = Math.max(1, Math.round(step));
+  const top = Math.max(step, Math.ceil(max / step - 1e-9) * step);
+  return [top, step];
+}
+function tickLabel(v, step) {
+  let decimals = 0;
+  while (decimals < 6 && Math.abs(step * Math.pow(10, decimals) - Math.round(step * Math.pow(10, decimals))) > 1e-6) decimals++;
+  return decimals ? v.toFixed(decimals) : Math.round(v).toLocaleString("en-US");
+}
+
+// An SVG line chart of points [{t, <key>...}] for the given series [{key, label, cls}]; `whole`: the values are
+// counts, so the axis has whole-number ticks only.
+function lineChart(points, series, id, whole) {
   const W = 900, H = 220, L = 56, R = 12, T = 12, B = 28;
   if (!points.length) {
     return `<div class="panel muted" id="${esc(id)}">No samples yet: the chart fills in as the broker runs.</div>`;
@@ -77,14 +109,15 @@ function lineChart(points, series, id) {
   const t1 = points[points.length - 1].t, t0 = Math.min(points[0].t, t1 - 60e3);  // at least a minute wide
   let max = 0;
   for (const p of points) for (const s of series) max = Math.max(max, Number(p[s.key]) || 0);
-  max = max <= 0 ? 1 : max * 1.1;
+  const [top, step] = niceScale(max, whole);
+  max = top;
   const x = (t) => L + (t - t0) / (t1 - t0) * (W - L - R);
   const y = (v) => H - B - v / max * (H - T - B);
   let svg = `<svg class="chart" id="${esc(id)}" viewBox="0 0 ${W} ${H}" preserveAspectRatio="xMidYMid meet" role="img">`;
-  for (let i = 0; i <= 4; i++) {
-    const v = max * i / 4, yy = y(v);
+  for (let i = 0; i * step <= top + step * 1e-9; i++) {
+    const v = i * step, yy = y(v);
     svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${yy}" y2="${yy}"/>`;
-    svg += `<text x="${L - 6}" y="${yy + 4}" text-anchor="end">${esc(v >= 100 ? Math.round(v) : v.toFixed(1))}</text>`;
+    svg += `<text class="tick" x="${L - 6}" y="${yy + 4}" text-anchor="end">${esc(tickLabel(v, step))}</text>`;
   }
   for (let i = 0; i <= 4; i++) {
     const t = t0 + (t1 - t0) * i / 4, d = new Date(t), pad = (v) => String(v).padStart(2, "0");
@@ -231,7 +264,9 @@ async function groupsPage(params) {
       { label: "Topics", value: (g) => g.topics.join(", ") },
       { label: "Lag", value: (g) => num(g.lag), num: true },
       { label: "Retry", value: (g) => num(g.retry), num: true },
-      { label: "Dead letters", html: (g) => g.dlq ? `<a href="#/dlq/${enc(g.group)}">${num(g.dlq)}</a>` : "0", num: true },
+      { label: "Dead letters", html: (g) => g.dlq ? `<a href="#/dlq/${enc(g.group)}" title="${num(g.dlq)} stored, ` +
+        `${num(g.dlqResent)} resent">${num(Math.max(0, g.dlq - (g.dlqResent || 0)))}</a>` +
+        (g.dlqResent ? ` <span class="muted">(${num(g.dlqResent)} resent)</span>` : "") : "0", num: true },
     ], rows, "No consumer groups yet.", "groups");
 }
 
@@ -240,17 +275,18 @@ async function groupPage(name) {
   const topics = g.topics.filter((t) => !t.startsWith("%RETRY%"));
   const reset = adminOnly(`<h2>Reset offsets by time</h2><form class="inline panel" id="reset-form">
     <label>Topic<select name="topic">${topics.map((t) => `<option>${esc(t)}</option>`).join("")}</select></label>
-    <label>To the first message stored at or after<input name="when" type="datetime-local" step="1" required></label>
+    <label>To the first message stored at or after${dateTimeInput("when", Date.now() - 3600e3, " required")}</label>
     <button type="submit" id="reset-submit"${topics.length ? "" : " disabled"}>Reset</button>
     <span class="muted">Online consumers are told and resume there.</span></form>`);
   return `<h1>Consumer group ${esc(g.group)}</h1>` + cards([
     ["Online clients", g.clients.length, "group-online"], ["Model", g.messageModel || "–"],
     ["Total lag", num(g.lag), "group-lag"], ["Consume / s", num(g.consumeTps)],
     ["Retry messages", num(g.retry)], ["Dead letters", num(g.dlq), "group-dlq"],
+    ["Dead letters resent", num(g.dlqResent || 0), "group-dlq-resent"],
     ["Max retries", g.retryMaxTimes === null ? "–" : g.retryMaxTimes],
   ]) + (g.dlq ? `<p><a href="#/dlq/${enc(g.group)}" id="dlq-link">Open its ${num(g.dlq)} dead letter(s)</a></p>` : "") +
     `<h2>Lag, last hour</h2><div class="panel">` + lineChart(g.lagHistory, [{ key: "lag", label: "lag", cls: "lag" }],
-      "lag-chart") + `</div><h2>Lag per queue</h2>` +
+      "lag-chart", true) + `</div><h2>Lag per queue</h2>` +
     table([{ label: "Topic", key: "topic" }, { label: "Queue", key: "queueId", num: true },
       { label: "Broker offset", key: "brokerOffset", num: true }, { label: "Consumer offset", key: "consumerOffset", num: true },
       { label: "Lag", value: (q) => num(q.lag), num: true }, { label: "Last consumed", value: (q) => when(q.lastTimestamp) }],
@@ -265,13 +301,11 @@ async function groupPage(name) {
 function bindResetForm(group) {
   const form = document.getElementById("reset-form");
   if (!form) return;
-  const input = form.querySelector("input[name=when]");
-  const hourAgo = new Date(Date.now() - 3600e3);
-  input.value = new Date(hourAgo.getTime() - hourAgo.getTimezoneOffset() * 60e3).toISOString().slice(0, 19);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const f = new FormData(form);
-    const timestamp = new Date(f.get("when")).getTime();
+    const timestamp = parseWhen(f.get("when"));
+    if (Number.isNaN(timestamp)) { flash("Give the time as YYYY-MM-DD HH:MM:SS (24-hour, local time).", true); return; }
     try {
       const r = await api(`groups/${enc(group)}/reset`, { method: "POST", body: { topic: f.get("topic"), timestamp } });
       flash(`Offsets of ${group} on ${r.topic} reset (${r.offsets.map((o) => `q${o.queueId}→${o.offset}`).join(", ")});` +
@@ -296,7 +330,6 @@ async function messagesPage(params) {
   const topic = params.get("topic") || "", key = params.get("key") || "", id = params.get("id") || "";
   const now = Date.now();
   const begin = Number(params.get("begin")) || now - 3600e3, end = Number(params.get("end")) || now;
-  const local = (ms) => new Date(ms - new Date(ms).getTimezoneOffset() * 60e3).toISOString().slice(0, 19);
   let results = "";
   let query = null;
   if (id) query = `id=${enc(id)}${topic ? `&topic=${enc(topic)}` : ""}`;
@@ -315,9 +348,12 @@ async function messagesPage(params) {
     <form class="inline panel" id="search-key"><label>Topic<input name="topic" value="${esc(key ? topic : "")}" required></label>
       <label>Key<input name="key" value="${esc(key)}" required></label><button type="submit">Find by key</button></form>
   </div><form class="inline panel" id="search-time"><label>Topic<input name="topic" value="${esc(!id && !key ? topic : "")}" required></label>
-    <label>From<input name="begin" type="datetime-local" step="1" value="${local(begin)}"></label>
-    <label>To<input name="end" type="datetime-local" step="1" value="${local(end)}"></label>
-    <button type="submit">Find by time</button></form>` + results;
+    <label>From${dateTimeInput("begin", begin)}</label>
+    <label>To${dateTimeInput("end", end)}</label>
+    <button type="submit">Find by time</button></form>
+  <form class="inline panel" id="search-trace"><label>Message trace: message id
+    <input name="msgId" size="34" required id="trace-id"></label><button type="submit" id="trace-submit">Show trace</button></form>` +
+    results;
 }
 
 function bindSearchForms() {
@@ -328,8 +364,19 @@ function bindSearchForms() {
   });
   go(document.getElementById("search-id"), (f) => `id=${enc(f.get("id").trim())}&topic=${enc(f.get("topic").trim())}`);
   go(document.getElementById("search-key"), (f) => `topic=${enc(f.get("topic").trim())}&key=${enc(f.get("key").trim())}`);
-  go(document.getElementById("search-time"), (f) => `topic=${enc(f.get("topic").trim())}` +
-    `&begin=${new Date(f.get("begin")).getTime()}&end=${new Date(f.get("end")).getTime()}`);
+  const timeForm = document.getElementById("search-time");
+  if (timeForm) timeForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const f = new FormData(timeForm);
+    const begin = parseWhen(f.get("begin")), end = parseWhen(f.get("end")) + 999;  // "To" includes its second
+    if (Number.isNaN(begin) || Number.isNaN(end)) { flash("Give times as YYYY-MM-DD HH:MM:SS (24-hour, local time).", true); return; }
+    location.hash = `#/messages?topic=${enc(f.get("topic").trim())}&begin=${begin}&end=${end}`;
+  });
+  const traceForm = document.getElementById("search-trace");
+  if (traceForm) traceForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = "#/trace/" + enc(new FormData(traceForm).get("msgId").trim());
+  });
 }
 
 async function messagePage(offset) {
@@ -346,7 +393,8 @@ async function messagePage(offset) {
     ["Keys", m.keys || "–"], ["Stored", when(m.storeTimestamp)], ["Born", when(m.bornTimestamp)],
     ["Reconsume times", m.reconsumeTimes], ["Body size", `${num(body.size)} B`],
   ]) + `<p class="muted">Offset id <code>${esc(m.offsetMsgId)}</code> · commit-log offset ${num(m.commitLogOffset)} · ` +
-    `born at ${esc(m.bornHost)} · stored at ${esc(m.storeHost)}</p>` +
+    `born at ${esc(m.bornHost)} · stored at ${esc(m.storeHost)} · ` +
+    `<a href="#/trace/${enc(m.msgId)}" id="trace-link">message trace</a></p>` +
     `<h2>Body</h2><div class="tabs" id="body-tabs">${tabs}</div><div class="panel">${panes}` +
     `${body.truncated ? `<p class="muted">Only the first 256 KiB are shown.</p>` : ""}</div>` +
     `<h2>Properties</h2>` + table([{ label: "Name", html: (p) => `<code>${esc(p[0])}</code>` },
@@ -375,8 +423,13 @@ function bindBodyTabs() {
 async function dlqPage(group) {
   const d = await api("dlq/" + enc(group));
   const resendAll = adminOnly(d.total ? `<button type="button" id="resend-all">Resend all ${num(d.total)} to ${esc(group)}</button>` : "");
-  return `<h1>Dead letters of ${esc(group)}</h1><p class="muted">Topic <code>${esc(d.topic)}</code>: ${num(d.total)} message(s). ` +
-    `Resending puts a copy in <code>%RETRY%${esc(group)}</code>: only this group consumes it again.</p>` +
+  const resent = (r) => r ? `${when(r.at)} by ${r.by}` + (r.count > 1 ? ` (${r.count} times)` : "") : "";
+  return `<h1>Dead letters of ${esc(group)}</h1>` + cards([
+    ["Dead letters", num(d.total), "dlq-total"], ["Resent", num(d.resent), "dlq-resent"],
+    ["Not resent yet", num(d.awaiting), "dlq-awaiting"]]) +
+    `<p class="muted">Topic <code>${esc(d.topic)}</code>: ${num(d.total)} message(s). ` +
+    `Resending puts a copy in <code>%RETRY%${esc(group)}</code>: only this group consumes it again. ` +
+    `A letter resent before is resent again only after you confirm.</p>` +
     `<div class="toolbar">${resendAll}</div>` +
     table([
       { label: "Message id", html: (m) => `<a href="#/message/${m.commitLogOffset}"><code>${esc(m.msgId)}</code></a>` },
@@ -384,6 +437,8 @@ async function dlqPage(group) {
       { label: "Reconsume times", key: "reconsumeTimes", num: true },
       { label: "Stored", value: (m) => when(m.storeTimestamp) },
       { label: "Body", html: (m) => `<span class="mono">${esc(m.bodyPreview)}</span>` },
+      { label: "Last resent", html: (m) => m.lastResent ? `<span class="resent">${esc(resent(m.lastResent))}</span>` +
+        ` <span class="muted">to ${esc(m.lastResent.target)}</span>` : `<span class="muted">never</span>` },
       { label: "", html: (m) => adminOnly(`<button type="button" class="plain resend" data-offset="${m.commitLogOffset}">Resend</button>`) },
     ], d.messages, "No dead letters.", "dead-letters") +
     (d.truncated ? `<p class="muted">Only the first ${d.messages.length} are listed.</p>` : "");
@@ -392,8 +447,19 @@ async function dlqPage(group) {
 function bindResend(group) {
   const resend = async (body, what) => {
     try {
-      const r = await api(`dlq/${enc(group)}/resend`, { method: "POST", body });
+      let r;
+      try {
+        r = await api(`dlq/${enc(group)}/resend`, { method: "POST", body });
+      } catch (e) {
+        if (e.status !== 409) throw e;  // some were resent before: resending again delivers them again
+        if (!confirm(`${e.message}.\n\nResend again? The group will receive these messages once more.`)) {
+          flash("Nothing resent.");
+          return;
+        }
+        r = await api(`dlq/${enc(group)}/resend`, { method: "POST", body: Object.assign({ confirm: true }, body) });
+      }
       const failed = r.results.filter((x) => !x.ok);
+      await route();  // counts and "last resent" now include this resend
       flash(`Resent ${r.resent} of ${r.results.length} ${what} to ${group}.` +
         (failed.length ? ` Failed: ${failed.map((x) => x.error).join("; ")}` : ""), failed.length > 0);
     } catch (e) { flash(e.message, true); }
@@ -405,6 +471,70 @@ function bindResend(group) {
   if (all) all.addEventListener("click", () => {
     if (confirm(`Resend every dead letter of ${group}?`)) resend({ all: true }, "dead letter(s)");
   });
+}
+
+async function producersPage() {
+  const p = await api("producers");
+  const rows = [];
+  for (const g of p.groups) for (const c of g.clients) rows.push(Object.assign({ group: g.group }, c));
+  return `<h1>Producers</h1><p class="muted">Producer groups with a live connection to this broker ` +
+    `(their clients' heartbeats): ${num(p.groups.length)} group(s).</p>` +
+    table([{ label: "Producer group", key: "group" }, { label: "Client id", key: "clientId" },
+      { label: "Address", key: "addr" }, { label: "Language", key: "language" },
+      { label: "Version", key: "version", num: true },
+      { label: "Last heartbeat", value: (c) => when(c.lastUpdateTimestamp) }], rows, "No producer is connected.",
+    "producers");
+}
+
+async function configPage(params) {
+  const c = await api("config");
+  const filter = (params.get("q") || "").toLowerCase();
+  const rows = c.entries.filter((e) => !filter || e.key.toLowerCase().includes(filter) ||
+    String(e.value).toLowerCase().includes(filter));
+  return `<h1>Broker configuration</h1><form class="inline panel" id="config-filter"><label>Filter` +
+    `<input name="q" value="${esc(filter)}" id="config-q"></label><button type="submit">Filter</button>` +
+    `<span class="muted">${rows.length} of ${c.entries.length} keys · secrets are masked</span></form>` +
+    table([{ label: "Key", html: (e) => `<code>${esc(e.key)}</code>` },
+      { label: "Value", html: (e) => e.masked ? `<span class="masked">${esc(e.value)}</span>` : `<code>${esc(e.value)}</code>` }],
+    rows, "No key matches.", "config");
+}
+
+function bindConfigFilter() {
+  const form = document.getElementById("config-filter");
+  if (form) form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = "#/config?q=" + enc(new FormData(form).get("q").trim());
+  });
+}
+
+async function tracePage(msgId) {
+  const t = await api("traces/" + enc(msgId));
+  let html = `<h1>Trace of <code>${esc(t.msgId)}</code></h1><p class="muted">From the trace topic ` +
+    `<code>${esc(t.traceTopic)}</code>. Times are local, 24-hour.</p><h2>Sent</h2>` +
+    table([{ label: "Producer group", key: "producerGroup" }, { label: "Topic", key: "topic" },
+      { label: "Sent", value: (s) => when(s.time) }, { label: "Cost", value: (s) => `${s.costMs} ms`, num: true },
+      { label: "Status", html: (s) => `<span class="badge ${s.status === "success" ? "ok" : "dlq"}">${esc(s.status)}</span>` },
+      { label: "Stored at", key: "storeHost" }, { label: "Type", key: "msgType" }, { label: "Tags", key: "tags" },
+      { label: "Keys", key: "keys" }, { label: "Client", key: "clientHost" }],
+    t.sends, "No send recorded (the producer did not trace it, or its trace has not arrived yet).", "trace-sends");
+  if (t.transactions.length) {
+    html += `<h2>Transaction</h2>` + table([{ label: "Producer group", key: "producerGroup" },
+      { label: "Time", value: (e) => when(e.time) }, { label: "State", key: "state" },
+      { label: "From a check", value: (e) => (e.fromCheck ? "yes" : "no") }], t.transactions, "", "trace-transactions");
+  }
+  html += `<h2>Consumed</h2>`;
+  if (!t.consumers.length) html += `<p class="muted" id="trace-consumers">No consumption recorded.</p>`;
+  for (const g of t.consumers) {
+    html += `<h3>${esc(g.consumerGroup)}</h3>` + table([
+      { label: "Consumer group", key: "consumerGroup" },
+      { label: "Began", value: (c) => when(c.time) },
+      { label: "Cost", value: (c) => (c.costMs === null ? "–" : `${c.costMs} ms`), num: true },
+      { label: "Status", html: (c) => `<span class="badge ${c.status === "success" ? "ok" : "dlq"}">${esc(c.status)}</span>` },
+      { label: "Result", value: (c) => c.result || "–" },
+      { label: "Retry", key: "retryTimes", num: true }, { label: "Client", key: "clientHost" }],
+    g.consumptions, "", "trace-group-" + g.consumerGroup.replace(/[^A-Za-z0-9_-]/g, "_"));
+  }
+  return html;
 }
 
 function loginPage() {
@@ -495,7 +625,7 @@ async function route() {
     const target = a.getAttribute("data-page");
     a.classList.toggle("active", target === page || target + "s" === page || (page === "topic" && target === "topics") ||
       (page === "group" && target === "groups") || (page === "dlq" && target === "groups") ||
-      (page === "message" && target === "messages"));
+      (page === "message" && target === "messages") || (page === "trace" && target === "messages"));
   }
   if (session.aclEnabled && !session.signedIn && page !== "login") { location.hash = "#/login"; return; }
   try {
@@ -510,6 +640,9 @@ async function route() {
       case "message": html = await messagePage(parts[1]); break;
       case "dlq": html = await dlqPage(parts[1]); break;
       case "replication": html = await replicationPage(); break;
+      case "producers": html = await producersPage(); break;
+      case "config": html = await configPage(params); break;
+      case "trace": html = await tracePage(parts[1]); break;
       case "login": html = loginPage(); break;
       default: html = `<h1>Not found</h1><p><a href="#/">Back to the overview</a></p>`;
     }
@@ -521,6 +654,7 @@ async function route() {
     if (page === "messages") bindSearchForms();
     if (page === "message") bindBodyTabs();
     if (page === "dlq") bindResend(parts[1]);
+    if (page === "config") bindConfigFilter();
     if (page === "login") bindLogin();
     main().setAttribute("data-loaded", hash);
   } catch (e) {
