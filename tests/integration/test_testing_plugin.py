@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,15 @@ def _record(name, broker):
 '''
 
 
+def _readme_example() -> str:
+    """The README's five-line test with the fixture (section "A broker for your own tests")."""
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    [example] = [b for b in blocks if "(rocketmq_broker)" in b]
+    assert len(example.strip().splitlines()) == 5, example
+    return example
+
+
 def _plugin_entry_point_installed() -> bool:
     return any(ep.value == PLUGIN for ep in importlib.metadata.entry_points(group="pytest11"))
 
@@ -81,16 +91,17 @@ def test_a_users_test_file_gets_real_brokers_from_the_plugin(tmp_path):
     user.mkdir()
     (user / "pytest.ini").write_text("[pytest]\n")  # the user's own project: not this repository's settings
     (user / "test_with_broker.py").write_text(textwrap.dedent(USER_TEST))
+    (user / "test_readme_example.py").write_text(_readme_example())
     record = tmp_path / "brokers.jsonl"
     env = dict(os.environ, RECORD_FILE=str(record),
                PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # installed (pip install): the pytest11 entry point loads it; in a checkout not reinstalled since, name it
     plugin_args = [] if _plugin_entry_point_installed() else ["-p", PLUGIN]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args,
-                           "--basetemp", str(tmp_path / "basetemp"), "test_with_broker.py"],
+                           "--basetemp", str(tmp_path / "basetemp")],
                           cwd=user, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "3 passed" in proc.stdout
+    assert "4 passed" in proc.stdout
     rows = {row["name"]: row for row in map(json.loads, record.read_text().splitlines())}
     assert rows["session"]["pid"] == rows["session-again"]["pid"]  # one broker for the session
     assert rows["function"]["pid"] != rows["session"]["pid"]
