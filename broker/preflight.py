@@ -65,7 +65,7 @@ def path_problem(path: str) -> str | None:
             break
         probe = parent
     if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable ({'Permission denied' if probe != path else 'no write permission'})"
+        return f"{probe} is not writable (Permission denied)"
     return None
 
 
