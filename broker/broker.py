@@ -9,7 +9,6 @@ on shutdown.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import time
@@ -50,6 +49,8 @@ from broker.processors import (
 from broker.processors.pull import PullProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.transaction import TransactionProcessor
+from broker.preflight import (PortCheck, bind_problem, check_paths, check_ports, check_store_lock,
+                              store_path_problem)
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster, admin_secret_lookup
@@ -73,32 +74,6 @@ DEFAULT_GRPC_PORT = 8081
 
 CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
 
-
-
-def bind_problem(key: str, host: str, port: int, exc: OSError) -> str:
-    """One line for a listener that cannot bind: which key, which address, what to do."""
-    where = f"{host or '0.0.0.0'}:{port}"
-    if exc.errno == errno.EADDRINUSE:
-        return (f"{key} {port} is already in use ({where}): stop the program listening there "
-                f"(another broker?) or set another {key}")
-    if exc.errno == errno.EACCES:
-        return f"{key} {port}: permission denied to listen on {where}: use a port above 1023 or run with the right"\
-               " privileges"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"{key} {port}: {host} is not an address of this machine (check listenHost)"
-    return f"{key} {port}: cannot listen on {where}: {exc.strerror or exc}"
-
-
-def store_path_problem(root: str, exc: OSError) -> str:
-    """One line for a store directory that cannot be used."""
-    path = exc.filename or root
-    if exc.errno == errno.EEXIST or exc.errno == errno.ENOTDIR:
-        why = f"{path} is a file, not a directory"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        why = f"{path} is not writable ({exc.strerror})"
-    else:
-        why = f"{path}: {exc.strerror or exc}"
-    return f"storePathRootDir {root}: {why}: point storePathRootDir at a writable directory"
 
 
 async def listen(key: str, host: str, port: int, start: Callable[[], Awaitable[None]]) -> None:
@@ -313,6 +288,7 @@ class Broker:
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        self._preflight()  # paths, store lock, ports: a start that fails here has written nothing
         try:
             self.store.lock()  # before reading or writing anything under the store directory
             os.makedirs(cfg.config_dir, exist_ok=True)
@@ -390,6 +366,28 @@ class Broker:
         await self._start_grpc()
         # Last: a start that fails above (store locked by another broker, a port taken) leaves the store unmarked.
         write_broker_name(cfg.config_dir, cfg.broker_cluster_name, cfg.broker_name)
+
+    def _preflight(self) -> None:
+        """Everything checkable before the store is touched (issue 31): ConfigError / StoreLockedError, one line."""
+        cfg = self.config
+        paths = [("storePathRootDir", cfg.store_path_root_dir), ("storePathCommitLog", cfg.commit_log_dir)]
+        if cfg.enable_controller_mode:
+            paths.append(("storePathEpochFile", os.path.dirname(os.path.abspath(cfg.epoch_file_path))))
+        check_paths(paths, cfg.store_path_root_dir)
+        check_store_lock(cfg.store_path_root_dir)
+        ports = []
+        if cfg.enable_embedded_namesrv:
+            ports.append(PortCheck("namesrvListenPort", cfg.listen_host, cfg.namesrv_listen_port))
+        ports.append(PortCheck("listenPort", cfg.listen_host, cfg.listen_port))
+        if self.ha_master is not None and (cfg.ha_listen_port is not None or cfg.broker_role == "SYNC_MASTER"):
+            ports.append(PortCheck("haListenPort", cfg.listen_host, cfg.ha_port))
+        if cfg.metrics_port:
+            ports.append(PortCheck("metricsPort", cfg.metrics_host, cfg.metrics_port))
+        if cfg.dashboard_port:  # unset (default 8082) is best effort, 0 is off
+            ports.append(PortCheck("dashboardPort", cfg.dashboard_host, cfg.dashboard_port))
+        if cfg.enable_grpc_proxy and cfg.grpc_server_port:  # the same
+            ports.append(PortCheck("grpcServerPort", cfg.listen_host, cfg.grpc_server_port))
+        check_ports(ports)
 
     async def _start_controller_mode(self) -> None:
         """Issue 28: load the epoch file, then register with the controller in the background."""

@@ -23,7 +23,7 @@ from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "RESOURCE_CODES", "BrokerLookups",
+__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "NAMESRV_LISTING_CODES", "RESOURCE_CODES", "BrokerLookups",
            "RecordTopics", "needed_resources", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
@@ -59,6 +59,14 @@ NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_KV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
     RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.UPDATE_NAMESRV_CONFIG,
 }) | CONTROLLER_ADMIN_CODES
+
+# Name-server codes that list every topic (issue 31): a known account's signed request, like any read on the broker
+# (whose own listings are admin codes above). Route lookups of a named topic and the cluster table stay open.
+NAMESRV_LISTING_CODES: frozenset[int] = frozenset({
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_TOPICS_BY_CLUSTER,
+    RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, RequestCode.GET_UNIT_TOPIC_LIST, RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+})
 
 _PROP_REAL_TOPIC = "REAL_TOPIC"
 

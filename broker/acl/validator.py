@@ -18,7 +18,8 @@ from typing import Any
 
 from broker.acl.accounts import AclConfig
 from broker.acl.authorizer import REMARK_PREFIX, Authorizer
-from broker.acl.resources import ADMIN_CODES, NAMESRV_ADMIN_CODES, RecordTopics, needed_resources
+from broker.acl.resources import (ADMIN_CODES, NAMESRV_ADMIN_CODES, NAMESRV_LISTING_CODES, RecordTopics,
+                                  needed_resources)
 from broker.log_limit import RateLimitedLog
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -78,13 +79,17 @@ class AclValidator:
 
     def verify_admin(self, cmd: RemotingCommand, remote_host: str) -> Refusal | None:
         """For the name server's route-changing codes: a globally white-listed IP, or an admin account that is
-        white-listed for this IP or signed the request. Other codes pass."""
-        if cmd.code not in NAMESRV_ADMIN_CODES:
+        white-listed for this IP or signed the request; for its topic listings, any account (signed, or white-listed).
+        Other codes pass."""
+        listing = cmd.code in NAMESRV_LISTING_CODES
+        if not listing and cmd.code not in NAMESRV_ADMIN_CODES:
             return None
         principal, refusal = self.authorizer.authenticate_remoting(cmd.ext_fields, cmd.body, cmd.version,
                                                                     remote_host, f"request code={cmd.code}")
         if principal is None:
             return _refuse(refusal)
+        if listing:
+            return None
         if principal.account is not None and not principal.account.admin:
             # here white-listing only spares an admin account its signature
             return _refuse(f"Need admin permission for request code={cmd.code}, but {principal} is not")

@@ -12,6 +12,7 @@ from broker.errors import ConfigError
 
 from .model import BrokerConfig
 from .properties import parse_properties
+from .reference import nearest_key, reference_keys
 from .table import BY_ATTR, BY_KEY, Key
 
 __all__ = ["load_broker_config", "convert"]
@@ -53,8 +54,9 @@ def convert(entry: Key, raw: Any) -> Any:
 def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
     """Read broker.conf (Java properties) and apply ``overrides`` (RocketMQ key or attribute name -> value).
 
-    Unknown keys are logged as warnings and ignored; malformed values raise ``ConfigError`` naming the
-    file line and the key. ``path=None`` starts from defaults.
+    A key of the reference broker (RocketMQ) that this broker does not implement is logged once as unsupported and
+    ignored; a key unknown to both is refused (``ConfigError`` naming it and the nearest known key), as is a
+    malformed value (naming the file line and the key). ``path=None`` starts from defaults.
     """
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
@@ -69,7 +71,7 @@ def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, A
         for line_no, name, value in parse_properties(text, source):
             entry = _lookup(name)
             if entry is None:
-                log.warning("%s line %d: unknown key %r ignored", source, line_no, name)
+                _unknown_in_file(name, source, line_no)
                 continue
             where = f"{source} line {line_no}"
             values[entry.attr] = _convert_at(entry, value, where)
@@ -77,7 +79,7 @@ def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, A
     for name, value in (overrides or {}).items():
         entry = _lookup(name)
         if entry is None:
-            raise ConfigError(f"override: unknown key {name!r}", name)
+            raise ConfigError(f"override: unknown key {name!r}: did you mean {nearest_key(name, BY_KEY)}?", name)
         values[entry.attr] = _convert_at(entry, value, "override")
         origin[entry.attr] = "override"
     if "acl_file" in values and values["acl_file"] and path is not None:  # relative to broker.conf's folder
@@ -90,6 +92,18 @@ def load_broker_config(path: str | os.PathLike | None, overrides: Mapping[str, A
         entry = BY_KEY.get(exc.key or "")
         where = origin.get(entry.attr, source) if entry is not None else source
         raise ConfigError(f"{where}: key '{exc.key}': {exc.detail}", exc.key) from None
+
+
+def _unknown_in_file(name: str, source: str, line_no: int) -> None:
+    """A key the table lacks: a RocketMQ key this broker does not implement warns (and is ignored); any other
+    key is a typo and refuses the start-up, naming the closest key that would have taken effect."""
+    if name in reference_keys():
+        log.warning("%s line %d: key %r is a RocketMQ broker key this broker does not support; ignored",
+                    source, line_no, name)
+        return
+    guess = nearest_key(name, BY_KEY, reference_keys())
+    note = "" if guess in BY_KEY else " (a RocketMQ key this broker does not support)"
+    raise ConfigError(f"unknown key '{name}' in {source} line {line_no}: did you mean {guess}{note}?", name)
 
 
 def _convert_at(entry: Key, value: Any, where: str) -> Any:

@@ -321,6 +321,27 @@ async def print_msg(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 # ---- brokers --------------------------------------------------------------------------------------
+LAG_KEY = "haReplicationLagBytes"
+
+
+def _lag_applies(info: dict[str, Any], has_slave: bool | None) -> bool:
+    """Replication lag means something only where a slave exists: on a slave, or on a master with a slave
+    registered (``has_slave``; None when the name server was not asked: then the master's own slave count)."""
+    if info.get("brokerRole") == "SLAVE":
+        return True
+    if has_slave is not None:
+        return has_slave
+    return str(info.get("haSlaveCount", "0")) not in ("", "0")
+
+
+def _runtime_view(info: dict[str, Any], has_slave: bool | None) -> dict[str, Any]:
+    """A broker's runtime table with numbers as numbers and no replication lag where no slave exists."""
+    view = numbers_as_numbers(info)
+    if LAG_KEY in view and not _lag_applies(view, has_slave):
+        view[LAG_KEY] = None
+    return view
+
+
 async def cluster_list(admin: AdminClient, args: argparse.Namespace) -> int:
     info = await admin.cluster_info()
     rows = []
@@ -329,19 +350,20 @@ async def cluster_list(admin: AdminClient, args: argparse.Namespace) -> int:
             data = info.broker_addr_table.get(name)
             if data is None:
                 continue
+            has_slave = any(bid != 0 for bid in data.broker_addrs)
             for bid, addr in sorted(data.broker_addrs.items()):
                 try:
-                    runtime = await admin.runtime_info(addr)
+                    runtime = _runtime_view(await admin.runtime_info(addr), has_slave)
                 except AdminError as exc:
                     runtime = {"error": str(exc)}
                 rows.append({"cluster": cluster, "brokerName": name, "brokerId": bid, "addr": addr,
-                             "version": runtime.get("brokerVersionDesc", "-"), "putTps": runtime.get("putTps", "-"),
-                             "getTps": runtime.get("getTransferedTps", "-"),
-                             "msgPutTotal": runtime.get("msgPutTotalTodayNow", "-"),
-                             "msgGetTotal": runtime.get("msgGetTotalTodayNow", "-"),
-                             "role": runtime.get("brokerRole", "-"),
-                             "replicationLag": runtime.get("haReplicationLagBytes", "-"),
-                             "runtime": runtime.get("runtime", runtime.get("error", "-"))})
+                             "version": runtime.get("brokerVersionDesc"), "putTps": runtime.get("putTps"),
+                             "getTps": runtime.get("getTransferedTps"),
+                             "msgPutTotal": runtime.get("msgPutTotalTodayNow"),
+                             "msgGetTotal": runtime.get("msgGetTotalTodayNow"),
+                             "role": runtime.get("brokerRole"),
+                             "replicationLag": runtime.get(LAG_KEY),
+                             "runtime": runtime.get("runtime", runtime.get("error"))})
     if args.json:
         _out(args, {"brokers": rows, "clusterAddrTable": {c: sorted(n) for c, n in info.cluster_addr_table.items()}})
         return 0
@@ -352,12 +374,28 @@ async def cluster_list(admin: AdminClient, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _slave_registered(admin: AdminClient) -> dict[str, bool] | None:
+    """Broker address -> whether its broker group has a slave, from the name server (None when it cannot say)."""
+    try:
+        info = await admin.cluster_info()
+    except AdminError:
+        return None
+    out: dict[str, bool] = {}
+    for data in info.broker_addr_table.values():
+        has_slave = any(bid != 0 for bid in data.broker_addrs)
+        for addr in data.broker_addrs.values():
+            out[addr] = has_slave
+    return out
+
+
 async def broker_status(admin: AdminClient, args: argparse.Namespace) -> int:
-    results: dict[str, dict[str, str]] = {}
-    for name, addr in (await _targets(admin, args)).items():
-        results[addr] = await admin.runtime_info(addr)
+    results: dict[str, dict[str, Any]] = {}
+    targets = await _targets(admin, args)
+    slaves = await _slave_registered(admin)
+    for name, addr in targets.items():
+        results[addr] = _runtime_view(await admin.runtime_info(addr), (slaves or {}).get(addr))
     if args.json:
-        _out(args, {addr: numbers_as_numbers(info) for addr, info in results.items()})
+        _out(args, results)
         return 0
     for i, (addr, info) in enumerate(results.items()):
         if len(results) > 1:

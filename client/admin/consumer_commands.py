@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from client.admin import AdminClient, AdminError, NotFoundError, RequestFailedError
-from client.admin.format import dump_json, format_time, table
+from client.admin.format import dump_json, format_time, numbers_as_numbers, table
 from protocol.consumer_info_bodies import ConsumerRunningInfo
 from protocol.ids import decode_offset_msg_id
 
@@ -30,7 +30,7 @@ async def _group_clients(admin: AdminClient, group: str, broker_addr: str | None
 def _info_json(client_id: str, info: ConsumerRunningInfo) -> dict:
     return {
         "clientId": client_id,
-        "properties": info.properties,
+        "properties": numbers_as_numbers(info.properties),
         "subscriptions": [{"topic": s.get("topic"), "subString": s.get("subString"),
                            "expressionType": s.get("expressionType")} for s in info.subscription_set],
         "queues": [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, **pq.to_json()}

@@ -100,6 +100,27 @@ async def test_name_server_refuses_unsigned_or_non_admin_registration(acl_broker
         assert b"hijacker" in cluster.body
 
 
+async def test_topic_listing_needs_a_signed_request_like_any_read(acl_broker):
+    async with await WireClient.connect(acl_broker.namesrv_addr) as ns:
+        assert_refused(await ns.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}),
+                       "No accessKey is configured (request code=206 from 127.0.0.1 is not signed)")
+        assert_refused(await signed(ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {},
+                                    creds=("app_key01", "wrong-secret")),
+                       "Check signature failed for accessKey=app_key01")
+        listed = await signed(ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})  # any account, not only admin
+        assert listed.code == ResponseCode.SUCCESS, listed.remark
+        assert "topicList" in json.loads(listed.body)
+        route = await ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})  # lookups stay open
+        assert route.code == ResponseCode.SUCCESS, route.remark
+    async with await WireClient.connect(acl_broker.addr) as broker:  # the broker's listings too
+        assert_refused(await broker.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}),
+                       "No accessKey is configured (request code=21 from 127.0.0.1 is not signed)")
+    from tests.support.admin import mqadmin
+
+    unsigned = mqadmin(acl_broker.namesrv_addr, "topicList")
+    assert unsigned.returncode != 0 and "No accessKey is configured" in unsigned.stderr
+
+
 @pytest.mark.slow
 async def test_changed_file_is_reloaded_and_a_malformed_one_keeps_the_accounts(acl_broker, tmp_path):
     acl_path = tmp_path / "plain_acl.yml"

@@ -37,11 +37,22 @@ def _group_ids(resp) -> list[str]:
 
 
 # ---- broker.conf through the real entry point -------------------------------------------------------
-def test_unknown_key_is_a_warning_and_the_broker_starts(broker_factory):
-    broker = broker_factory("broker-unknown", extra={"someMadeUpKey": "42", "listenHost": "127.0.0.1"})
+def test_a_reference_key_this_broker_lacks_is_a_warning_and_the_broker_starts(broker_factory):
+    broker = broker_factory("broker-unknown", extra={"sendMessageThreadPoolNums": "4", "listenHost": "127.0.0.1"})
     assert broker.proc.poll() is None
     text = broker.log_text()
-    assert "someMadeUpKey" in text and "unknown key" in text
+    assert text.count("sendMessageThreadPoolNums") == 1 and "does not support" in text
+
+
+def test_a_misspelt_key_refuses_the_start_naming_the_nearest_key(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=x\nstorePathRootDir={tmp_path / 'store'}\nlistenPrt=50921\n")
+    proc = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mqbroker: unknown key 'listenPrt' in broker.conf line 3: did you mean listenPort?"]
+    assert not (tmp_path / "store").exists()
 
 
 @pytest.mark.parametrize("line, key", [

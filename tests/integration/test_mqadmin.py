@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -128,6 +129,41 @@ async def test_cluster_and_broker_status(shared_broker):
     one = mqadmin(ns, "brokerStatus", "-b", shared_broker.addr)
     assert one.returncode == 0 and "msgPutTotalTodayNow" in one.stdout
     assert mqadmin(ns, "brokerStatus", "-c", "NoSuchCluster").returncode == 4
+
+
+_NUMBER_TEXT = re.compile(r"-?\d+(\.\d+)?")
+
+
+def _numeric_strings(value, path: str = "") -> list[str]:
+    """Paths of string values that are one number (message properties are strings by nature: skipped)."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() if k != "properties" for p in _numeric_strings(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _numeric_strings(v, f"{path}[{i}]")]
+    return [f"{path}={value!r}"] if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) else []
+
+
+async def test_json_prints_numbers_as_numbers_and_lag_only_where_a_slave_exists(shared_broker):
+    ns = shared_broker.namesrv_addr
+    await _send(shared_broker, "AdminJsonNums", 3)
+    cluster = ok_json(ns, "clusterList")
+    (row,) = [r for r in cluster["brokers"] if r["addr"] == shared_broker.addr]
+    assert row["replicationLag"] is None  # a master with no slave: no lag to speak of
+    assert isinstance(row["msgPutTotal"], int) and row["msgPutTotal"] >= 3 and isinstance(row["msgGetTotal"], int)
+    assert not isinstance(row["putTps"], str) and not isinstance(row["getTps"], str)  # absent before the first sample
+    (line,) = [x for x in mqadmin(ns, "clusterList").stdout.splitlines() if shared_broker.addr in x]
+    lag_column = re.split(r"\s{2,}", line.strip())[10]  # #Repl Lag (B)
+    assert lag_column == "-", line
+    status = ok_json(ns, "brokerStatus")[shared_broker.addr]
+    assert status["haReplicationLagBytes"] is None and isinstance(status["msgPutTotalTodayNow"], int)
+    assert re.search(r"^haReplicationLagBytes\s+: -$", mqadmin(ns, "brokerStatus").stdout, re.M)
+    outputs = {"clusterList": cluster, "brokerStatus": ok_json(ns, "brokerStatus"),
+               "topicStatus": ok_json(ns, "topicStatus", "-t", "AdminJsonNums"),
+               "topicRoute": ok_json(ns, "topicRoute", "-t", "AdminJsonNums"),
+               "printMsg": ok_json(ns, "printMsg", "-t", "AdminJsonNums"),
+               "transactionStatus": ok_json(ns, "transactionStatus")}
+    for command, output in outputs.items():
+        assert _numeric_strings(output) == [], command
 
 
 async def test_dead_letter_list_and_resend(shared_broker):

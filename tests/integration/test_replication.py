@@ -197,7 +197,7 @@ async def test_operators_see_roles_and_lag_and_cold_reads_are_sent_to_the_slave(
             result = await asyncio.to_thread(mqadmin, namesrv.addr, "clusterList", "--json")
             rows = json.loads(result.stdout)["brokers"] if result.returncode == 0 else []
             roles = {r["brokerId"]: (r["role"], r["replicationLag"]) for r in rows if r["brokerName"] == "broker-r"}
-            return roles if len(roles) == 2 and roles[0][1] == "0" else None
+            return roles if len(roles) == 2 and roles[0][1] == 0 and roles[1][1] == 0 else None
         roles = await wait_until(listed, "both brokers listed with their roles", timeout=20, interval=0.5)
         assert roles[0][0] == "ASYNC_MASTER" and roles[1][0] == "SLAVE"
         samples = await scrape(port)

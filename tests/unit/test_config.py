@@ -112,12 +112,41 @@ def test_sample_conf_loads():
     assert cfg.enable_embedded_namesrv
 
 
-def test_unknown_key_warns(tmp_path, caplog):
-    path = write(tmp_path, "listenPort=10911\nnoSuchKey=1\n")
+def test_a_reference_key_this_broker_lacks_warns_once_naming_it_unsupported(tmp_path, caplog):
+    path = write(tmp_path, "listenPort=10911\nsendMessageThreadPoolNums=16\nhaSendHeartbeatInterval=5000\n")
     with caplog.at_level(logging.WARNING):
         cfg = load_broker_config(path)
     assert cfg.listen_port == 10911
-    assert any("noSuchKey" in r.getMessage() and "line 2" in r.getMessage() for r in caplog.records)
+    lines = [r.getMessage() for r in caplog.records if "sendMessageThreadPoolNums" in r.getMessage()]
+    assert len(lines) == 1 and "line 2" in lines[0] and "not support" in lines[0]
+    assert any("haSendHeartbeatInterval" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("line, suggestion", [
+    ("listenPrt=50921", "did you mean listenPort?"),
+    ("storePathRootDr=/x", "did you mean storePathRootDir?"),
+    ("brokerip1=127.0.0.1", "did you mean brokerIP1?"),  # keys are case-sensitive, as in RocketMQ
+    ("transientStorePoolEnabl=true", "did you mean transientStorePoolEnable (a RocketMQ key this broker does not"),
+])
+def test_a_key_unknown_to_both_brokers_is_refused_naming_the_nearest_key(tmp_path, line, suggestion):
+    path = write(tmp_path, f"brokerName=a\n{line}\n")
+    with pytest.raises(ConfigError) as err:
+        load_broker_config(path)
+    name = line.split("=")[0]
+    assert str(err.value).startswith(f"unknown key '{name}' in broker.conf line 2: ")
+    assert suggestion in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_reference_key_list_ships_as_package_data_and_covers_the_table():
+    from broker.config import BY_KEY
+    from broker.config.reference import reference_keys
+
+    keys = reference_keys()
+    assert {"brokerClusterName", "listenPort", "storePathRootDir", "haSendHeartbeatInterval", "authenticationEnabled",
+            "controllerStorePath", "clientWorkerThreads"} <= keys
+    assert "listenPrt" not in keys
+    shared = set(BY_KEY) & keys
+    assert len(shared) > 60  # most of this broker's keys are the reference's (the rest are its own additions)
 
 
 @pytest.mark.parametrize(
