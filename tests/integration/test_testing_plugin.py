@@ -3,7 +3,7 @@ own, run by pytest in a subprocess), and ``RocketMQBroker`` as a context manager
 
 from __future__ import annotations
 
-import importlib.metadata
+from pathlib import Path
 import json
 import os
 import re
@@ -63,8 +63,12 @@ def _readme_example() -> str:
     return example
 
 
-def _plugin_entry_point_installed() -> bool:
-    return any(ep.value == PLUGIN for ep in importlib.metadata.entry_points(group="pytest11"))
+def _plugin_entry_point_installed(env: dict[str, str], cwd: Path) -> bool:
+    """Whether pytest, started with `env` in `cwd`, finds the entry point: asked of that interpreter, since what
+    importlib.metadata sees depends on sys.path (a stale egg-info on PYTHONPATH hides the installed one)."""
+    probe = ("import importlib.metadata as m, sys; "
+             f"sys.exit(0 if any(e.value == {PLUGIN!r} for e in m.entry_points(group='pytest11')) else 1)")
+    return subprocess.run([sys.executable, "-c", probe], cwd=cwd, env=env, timeout=60).returncode == 0
 
 
 def _alive(pid: int) -> bool:
@@ -96,7 +100,7 @@ def test_a_users_test_file_gets_real_brokers_from_the_plugin(tmp_path):
     env = dict(os.environ, RECORD_FILE=str(record),
                PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # installed (pip install): the pytest11 entry point loads it; in a checkout not reinstalled since, name it
-    plugin_args = [] if _plugin_entry_point_installed() else ["-p", PLUGIN]
+    plugin_args = [] if _plugin_entry_point_installed(env, user) else ["-p", PLUGIN]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_args,
                            "--basetemp", str(tmp_path / "basetemp")],
                           cwd=user, env=env, capture_output=True, text=True, timeout=300)
