@@ -148,6 +148,8 @@ class Broker:
                                       self.consumer_offset_manager, config_dir, config.broker_name,
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
+        # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
+        self.send_service, self.end_transaction_service = self._build_core()
         self.processors = build_processors(self)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.run_table = build_run_table(self.processors)
@@ -187,6 +189,21 @@ class Broker:
         self._pop_started = False
         self._timer_started = False
         self._stopped = False
+
+    def _build_core(self) -> tuple[Any, Any]:
+        """The core's send service (the narrow things it uses) and end-transaction service."""
+        from broker.core.replication import ReplicationWaiter
+        from broker.core.send import SendService
+        from broker.core.transaction import EndTransactionService
+
+        store = self.store
+        replication = ReplicationWaiter(self.config, lambda: getattr(self, "ha_master", None),
+                                        lambda: store.commit_log_max_offset)
+        send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
+                           sync_flush=bool(store.config.sync_flush), replication=replication,
+                           remember_half=self.transaction_service.remember_half,
+                           delay_max_level=lambda: self.schedule_service.max_level)
+        return send, EndTransactionService(self.config, self.transaction_service)
 
     def _build_replication(self, config: BrokerConfig) -> None:
         """A master streams its log to slaves on haListenPort; a slave pulls its master's. Under aclEnable both

@@ -3,7 +3,8 @@
 Every core operation answers an :class:`Outcome`: a response code from ``protocol.codes.ResponseCode`` (the
 reference's codes, which the gRPC front end maps to its own statuses), a remark that says what is wrong when the code
 is not SUCCESS (the text a user reads), and the typed value on success. Front ends branch on ``ok`` only; they never
-inspect the core's internals."""
+inspect the core's internals. A refusal may also name a ``reason`` (a short protocol-neutral word such as
+``body_too_large``) for front ends whose protocol answers with finer codes than ResponseCode (gRPC's)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ __all__ = ["Outcome", "Requester"]
 
 @dataclass(slots=True)
 class Outcome(Generic[T]):
-    """A core operation's answer: ``code`` (ResponseCode), ``remark`` (why, when refused), ``value`` (on success)."""
+    """A core operation's answer: ``code`` (ResponseCode), ``remark`` (why, when refused), ``value`` (on success),
+    ``reason`` (what kind of refusal, when a finer code than ``code`` may be answered)."""
 
     code: int
     remark: str = ""
     value: T | None = None
+    reason: str = ""
 
     @property
     def ok(self) -> bool:
@@ -34,8 +37,8 @@ class Outcome(Generic[T]):
         return cls(int(ResponseCode.SUCCESS), remark, value)
 
     @classmethod
-    def refused(cls, code: int, remark: str) -> "Outcome[T]":
-        return cls(int(code), remark, None)
+    def refused(cls, code: int, remark: str, reason: str = "") -> "Outcome[T]":
+        return cls(int(code), remark, None, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,11 +194,14 @@ class GrpcAccess:
             return None, self._refuse(rpc, context, refusal or "not authenticated")
         return Caller(principal, principal.access_key or f"white-listed address {host}"), None
 
-    def decide(self, caller: Caller | None, rpc: str, request: Any, context: Any) -> pb.Status | None:
-        """None when ``caller`` may make ``rpc`` with ``request``; else the UNAUTHORIZED status."""
+    def decide(self, caller: Caller | None, rpc: str, request: Any, context: Any,
+               needs: Needs | None = None) -> pb.Status | None:
+        """None when ``caller`` may make ``rpc`` with ``request`` (or, given, with what the messaging core's typed
+        request ``needs``); else the UNAUTHORIZED status."""
         if caller is None or self.authorizer is None:
             return None
-        refusal = self.authorizer.decide(caller.principal, needs_of(rpc, request), what=rpc)
+        refusal = self.authorizer.decide(caller.principal, needs_of(rpc, request) if needs is None else needs,
+                                         what=rpc)
         return None if refusal is None else self._refuse(rpc, context, refusal)
 
     def claim(self, caller: Caller | None, rpc: str, client_id: str, context: Any) -> pb.Status | None:
@@ -208,13 +211,14 @@ class GrpcAccess:
         refusal = self.owners.claim(client_id, caller.identity)
         return None if refusal is None else self._refuse(rpc, context, refusal)
 
-    def admit(self, rpc: str, request: Any, context: Any, client_id: str = "") -> tuple[Caller | None,
-                                                                                          pb.Status | None]:
-        """Authenticate, decide on what ``request`` names, and check the session ``client_id`` is the caller's:
-        (caller, None) when the call may run, (None, status) when it may not."""
+    def admit(self, rpc: str, request: Any, context: Any, client_id: str = "",
+              needs: Needs | None = None) -> tuple[Caller | None, pb.Status | None]:
+        """Authenticate, decide on what ``request`` names (or ``needs``: what the core's typed request states), and
+        check the session ``client_id`` is the caller's: (caller, None) when the call may run, (None, status) when it
+        may not."""
         caller, refused = self.authenticate(context, rpc)
         if refused is None:
-            refused = self.decide(caller, rpc, request, context)
+            refused = self.decide(caller, rpc, request, context, needs)
         if refused is None:
             refused = self.claim(caller, rpc, client_id, context)
         return (None, refused) if refused is not None else (caller, None)

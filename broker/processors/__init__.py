@@ -27,7 +27,7 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
     from broker.processors.transaction import TransactionProcessor
 
     return {
-        "send": SendProcessor(broker),
+        "send": SendProcessor(broker.send_service),
         "pull": PullProcessor(broker),
         "client_manage": ClientManageProcessor(broker),
         "consumer_offset": ConsumerOffsetProcessor(broker),
@@ -36,7 +36,8 @@ def build_processors(broker: "Broker") -> dict[str, Any]:
         "lock": LockProcessor(broker),
         "admin": AdminProcessor(broker),
         "client_call": ClientCallProcessor(broker),
-        "transaction": TransactionProcessor(broker),
+        "transaction": TransactionProcessor(broker.end_transaction_service, broker.transaction_service,
+                                            broker.config.broker_name),
         "replicas": ReplicasProcessor(broker),
     }
 
