@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Awaitable, Protocol
 
@@ -129,7 +129,7 @@ class SendRequest:
     a retry's limit (None: the group's)."""
 
     topic: str
-    messages: list[Message]
+    messages: Sequence[Message]
     queue_id: int = -1
     producer_group: str | None = None
     requester: Requester = _LOCAL
@@ -152,7 +152,7 @@ class SendResult:
     queue offset (the others follow it); ``transaction_id`` the UNIQ_KEY a remoting answer names (a batch: its own
     property's); ``timed`` when the message waits in the timer (it can be recalled)."""
 
-    msg_ids: list[str]
+    msg_ids: Sequence[str]
     queue_id: int
     queue_offset: int
     transaction_id: str | None = None
@@ -215,6 +215,7 @@ class SendService:
         self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
         self._valid_groups: set[str] = set()  # producer groups that passed validate_group
         self.tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
+        self._text_tag_codes: dict[str | None, int] = {None: 0}  # TAGS -> tagsCode (tags repeat across messages)
         from broker.core.send_batch import BatchSender  # here: send_batch imports this module
         self._batch = BatchSender(self)
 
@@ -359,7 +360,9 @@ class SendService:
                                    REASON_BODY_TOO_LARGE)
         if props is None:
             props = decode_properties(props_text)
-        queue_id = self.pick_queue(request.queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)
+        queue_id = request.queue_id
+        if queue_id < 0:
+            queue_id = self.pick_queue(queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)
         reconsume_times = message.reconsume_times
         rebuild = False
 
@@ -413,9 +416,12 @@ class SendService:
             sys_flag &= ~TRANSACTION_TYPE_MASK  # a stray PREPARED bit must not hide a plain message (pitfall 1)
         if topic_config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
+        tags = props.get(PROP_TAGS)
+        code = self._text_tag_codes.get(tags)
+        if code is None:
+            code = self._tag_code(tags)
         stored = MessageToStore(topic, queue_id, message.flag, sys_flag, message.born_timestamp, message.born_host,
-                                reconsume_times, body, props_text, tags_code(props.get(PROP_TAGS)),
-                                props.get(PROP_KEYS), uniq_key)
+                                reconsume_times, body, props_text, code, props.get(PROP_KEYS), uniq_key)
         timed = False
         if half:  # transactions.md §2: stored in the half queue, invisible until END_TRANSACTION commits it
             if self.config.reject_transaction_message:
@@ -439,6 +445,15 @@ class SendService:
         if not self.sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
             return stored_outcome(self.store.append_one(stored), queue_id, uniq_key, timed)
         return self._put_one(stored, queue_id, uniq_key, timed)
+
+    def _tag_code(self, tags: str) -> int:
+        """tagsCode of a tag, remembered per tag (bounded)."""
+        codes = self._text_tag_codes
+        if len(codes) > 4096:
+            codes.clear()
+            codes[None] = 0
+        code = codes[tags] = tags_code(tags)
+        return code
 
     def _to_timer(self, message: MessageToStore, props: dict[str, str]) -> str | None:
         """Redirect a timed message whose time is ahead to the timer topic; the refusal text when its timer
@@ -480,8 +495,8 @@ class SendService:
                     first = result.queue_offset
                     for n, k in enumerate(members):
                         _message, queue_id, uniq_key, timed = deferred[k]
-                        outcomes[k] = Outcome(_SUCCESS, "", SendResult([msg_ids[n]], queue_id, first + n, uniq_key,
-                                                                       timed))
+                        outcomes[k] = Outcome(_SUCCESS, "", SendResult((msg_ids[n],), queue_id, first + n,
+                                                                       uniq_key, timed))
                     continue
             for k in members:
                 message, queue_id, uniq_key, timed = deferred[k]

@@ -69,7 +69,7 @@ class SendProcessor:
         requester, born_host = self._peer(channel)
         message = Message(cmd.body, header.properties or "", None, header.flag or 0, header.sys_flag or 0,
                           header.born_timestamp or 0, born_host, header.reconsume_times or 0)
-        return SendRequest(header.topic, [message], header.queue_id, header.producer_group, requester,
+        return SendRequest(header.topic, (message,), header.queue_id, header.producer_group, requester,
                            header.default_topic, header.default_topic_queue_nums or 4,
                            header.max_reconsume_times if cmd.version >= 121 else None)
 
@@ -118,23 +118,36 @@ class SendProcessor:
 
     def send_run(self, channel: Any, cmds: list[RemotingCommand]) -> list[Any]:
         """Single sends read together from one connection, handed to the core as one run. Returns one result per
-        request, as the single handler would (an exception object where one raised)."""
+        request, as the single handler would (an exception object where one raised). The per-request work here is
+        kept to the decoding and the answer (the connection's requester is looked up once per run)."""
+        requester, born_host = self._peer(channel)
         requests: list[SendRequest] = []
         decoded: list[Any] = []  # per command: its index among requests, or the exception decoding raised
         for cmd in cmds:
             try:
-                requests.append(self._request(channel, cmd, read_request(cmd)))
+                header = read_request(cmd)
+                message = Message(cmd.body, header.properties or "", None, header.flag or 0, header.sys_flag or 0,
+                                  header.born_timestamp or 0, born_host, header.reconsume_times or 0)
+                requests.append(SendRequest(header.topic, (message,), header.queue_id, header.producer_group,
+                                            requester, header.default_topic, header.default_topic_queue_nums or 4,
+                                            header.max_reconsume_times if cmd.version >= 121 else None))
                 decoded.append(len(requests) - 1)
             except Exception as exc:  # noqa: BLE001 - answered per request by the server
                 decoded.append(exc)
         outcomes = self.service.send_run(requests)
         results: list[Any] = []
+        ok_frame = self._ok_frame
         for cmd, where in zip(cmds, decoded):
             if type(where) is not int:
                 results.append(where)
                 continue
             result = outcomes[where]
-            results.append(result if isinstance(result, BaseException) else self._result(cmd, result))
+            if type(result) is Outcome and result.code == _SUCCESS:  # the usual answer, without the general path
+                value = result.value
+                results.append(ok_frame(cmd, value.msg_ids[0], value.queue_id, value.queue_offset,
+                                        value.transaction_id))
+            else:
+                results.append(result if isinstance(result, BaseException) else self._result(cmd, result))
         return results
 
     def send_batch_message(self, channel: Any, cmd: RemotingCommand):
