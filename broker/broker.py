@@ -156,6 +156,8 @@ class Broker:
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
         self.pop_core = PopCore(self.pop_service, self.topic_config_manager, self.subscription_group_manager, config,
                                 group_names)
+        # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
+        self.send_service, self.end_transaction_service = self._build_core()
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
@@ -205,6 +207,21 @@ class Broker:
         self._timer_started = False
         self._stopped = False
 
+    def _build_core(self) -> tuple[Any, Any]:
+        """The core's send service (the narrow things it uses) and end-transaction service."""
+        from broker.core.replication import ReplicationWaiter
+        from broker.core.send import SendService
+        from broker.core.transaction import EndTransactionService
+
+        store = self.store
+        replication = ReplicationWaiter(self.config, lambda: getattr(self, "ha_master", None),
+                                        lambda: store.commit_log_max_offset)
+        send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
+                           sync_flush=bool(store.config.sync_flush), replication=replication,
+                           remember_half=self.transaction_service.remember_half,
+                           delay_max_level=lambda: self.schedule_service.max_level)
+        return send, EndTransactionService(self.config, self.transaction_service)
+
     def _build_replication(self, config: BrokerConfig) -> None:
         """A master streams its log to slaves on haListenPort; a slave pulls its master's. Under aclEnable both
         sides authenticate with an admin account (the slave's accessKey/secretKey); under tlsMode=enforcing the
@@ -237,9 +254,10 @@ class Broker:
         store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
         consumers, offsets = self.consumer_manager, self.consumer_offset_manager
         return Processors(
-            send=SendProcessor(self),
+            send=SendProcessor(self.send_service),
             pull=PullProcessor(self.puller, self.arrivals, observer=self.metrics.observe_pull),
-            transaction=TransactionProcessor(self),
+            transaction=TransactionProcessor(self.end_transaction_service, self.transaction_service,
+                                             config.broker_name),
             client_manage=ClientManageProcessor(config, topics, groups, consumers, self.producer_manager,
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),

@@ -23,8 +23,8 @@ from broker.managers.consumer_manager import group_topics
 from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
-__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "NAMESRV_LISTING_CODES", "RESOURCE_CODES", "BrokerLookups",
-           "RecordTopics", "needed_resources", "topic_resource"]
+__all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "NAMESRV_LISTING_CODES", "RESOURCE_CODES",
+           "BrokerLookups", "RecordTopics", "end_transaction_needs", "needed_resources", "send_needs", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -101,8 +101,14 @@ def topic_resource(topic: str, perm: int) -> tuple[str, int]:
 
 
 
+def send_needs(topic: str) -> Needs:
+    """What a send to ``topic`` needs, whichever protocol brought it (the messaging core's SendRequest.needs() and the
+    remoting table below): PUB on the topic, SUB on group g for its retry topic ``%RETRY%g``."""
+    return [topic_resource(topic, PUB)]
+
+
 def _send(request: Any, _records: RecordTopics | None) -> Needs:
-    return [topic_resource(request.topic, PUB)]
+    return send_needs(request.topic)
 
 
 def _pull(request: Any, _records: RecordTopics | None) -> Needs:
@@ -167,9 +173,15 @@ def _send_back(request: Any, records: RecordTopics | None) -> Needs:
     return needs
 
 
+def end_transaction_needs(records: RecordTopics | None, commit_log_offset: int | None) -> Needs:
+    """What a transaction decision on the half record at ``commit_log_offset`` needs (the messaging core's
+    EndTransactionRequest.needs() and the remoting table below): PUB on the half message's real topic, where a commit
+    publishes it."""
+    return _record_needs(records, commit_log_offset, PUB, real_topic=True)
+
+
 def _end_transaction(request: Any, records: RecordTopics | None) -> Needs:
-    """PUB on the half message's real topic: a commit publishes it there."""
-    return _record_needs(records, request.commit_log_offset, PUB, real_topic=True)
+    return end_transaction_needs(records, request.commit_log_offset)
 
 
 def _consume_directly(request: Any, records: RecordTopics | None) -> Needs:

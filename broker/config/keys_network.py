@@ -1,6 +1,6 @@
 """Network and limit keys: listening ports and hosts (remoting, VIP, name server, metrics, web console, gRPC),
 connection limits (``broker.connection_guard.ConnectionLimits`` takes its fields from here) and flood limits
-(broker/processors/send_limits.py)."""
+(broker/core/send_limits.py)."""
 
 from __future__ import annotations
 

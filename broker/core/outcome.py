@@ -3,7 +3,8 @@
 Every core operation answers an :class:`Outcome`: a response code from ``protocol.codes.ResponseCode`` (the
 reference's codes, which the gRPC front end maps to its own statuses), a remark that says what is wrong when the code
 is not SUCCESS (the text a user reads), and the typed value on success. Front ends branch on ``ok`` only; they never
-inspect the core's internals."""
+inspect the core's internals. A refusal may also name a ``reason`` (a short protocol-neutral word such as
+``body_too_large``) for front ends whose protocol answers with finer codes than ResponseCode (gRPC's)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ __all__ = ["Outcome", "Requester"]
 @dataclass(slots=True)
 class Outcome(Generic[T]):
     """A core operation's answer: ``code`` (ResponseCode), ``remark`` (why, when refused), ``value`` (on success),
-    and ``field``: the request field at fault when that says more than the code (``"topic"``, ``"group"``,
-    ``"invisible_time"``, ``"receipt_handle"``...), so a front end with finer codes (gRPC's ILLEGAL_TOPIC,
-    INVALID_RECEIPT_HANDLE...) need not parse remarks."""
+    and ``reason``: what kind of refusal (the request field at fault, ``"topic"``, ``"group"``, ``"receipt_handle"``...,
+    or a ``REASON_*`` of the send and transaction cores), so a front end with finer codes (gRPC's ILLEGAL_TOPIC,
+    INVALID_RECEIPT_HANDLE, remoting's forbiddenType...) need not parse remarks."""
 
     code: int
     remark: str = ""
     value: T | None = None
-    field: str = ""
+    reason: str = ""
 
     @property
     def ok(self) -> bool:
@@ -38,8 +39,8 @@ class Outcome(Generic[T]):
         return cls(int(ResponseCode.SUCCESS), remark, value)
 
     @classmethod
-    def refused(cls, code: int, remark: str, field: str = "") -> "Outcome[T]":
-        return cls(int(code), remark, None, field)
+    def refused(cls, code: int, remark: str, reason: str = "") -> "Outcome[T]":
+        return cls(int(code), remark, None, reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ broker/grpc/consumer.py) decodes its request into one of these dataclasses, has 
 service runs here, the names are legal, topic and group exist and may be consumed, the invisible time and batch are
 in range, the filter compiles) are made here, once for every protocol.
 
-Refusal codes are ResponseCodes; ``Outcome.field`` names the field at fault where one code covers several
+Refusal codes are ResponseCodes; ``Outcome.reason`` names the field at fault where one code covers several
 (INVALID_PARAMETER: ``group``, ``topic``, ``invisible_time``, ``batch_size``, ``entries``, ``receipt_handle``;
 NO_PERMISSION: ``broker`` (the service does not run here) or ``group``). An empty receive is a success with no
 deliveries; a handle of a delivery acked already is acked again harmlessly."""

@@ -196,8 +196,8 @@ class GrpcAccess:
 
     def decide(self, caller: Caller | None, rpc: str, request: Any, context: Any,
                needs: Needs | None = None) -> pb.Status | None:
-        """None when ``caller`` may make ``rpc`` with ``request`` (or, for a call decoded into a typed core request,
-        with that request's ``needs``); else the UNAUTHORIZED status."""
+        """None when ``caller`` may make ``rpc`` with ``request`` (or, given, with what the messaging core's typed
+        request ``needs``); else the UNAUTHORIZED status."""
         if caller is None or self.authorizer is None:
             return None
         refusal = self.authorizer.decide(caller.principal, needs_of(rpc, request) if needs is None else needs,
@@ -213,8 +213,9 @@ class GrpcAccess:
 
     def admit(self, rpc: str, request: Any, context: Any, client_id: str = "",
               needs: Needs | None = None) -> tuple[Caller | None, pb.Status | None]:
-        """Authenticate, decide on what ``request`` names, and check the session ``client_id`` is the caller's:
-        (caller, None) when the call may run, (None, status) when it may not."""
+        """Authenticate, decide on what ``request`` names (or ``needs``: what the core's typed request states), and
+        check the session ``client_id`` is the caller's: (caller, None) when the call may run, (None, status) when it
+        may not."""
         caller, refused = self.authenticate(context, rpc)
         if refused is None:
             refused = self.decide(caller, rpc, request, context, needs)

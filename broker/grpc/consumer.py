@@ -27,7 +27,7 @@ from protocol.grpc import service_pb2 as spb
 
 log = logging.getLogger(__name__)
 
-# The core's codes as gRPC statuses; INVALID_PARAMETER by the field at fault (Outcome.field).
+# The core's codes as gRPC statuses; INVALID_PARAMETER by the field at fault (Outcome.reason).
 _CODES = {
     ResponseCode.SUCCESS: pb.OK,
     ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
@@ -46,7 +46,7 @@ Admit = Callable[[str, Needs, Any], "pb.Status | None"]
 
 def _code(outcome: Outcome[Any]) -> int:
     if outcome.code == ResponseCode.INVALID_PARAMETER:
-        return _INVALID.get(outcome.field, pb.BAD_REQUEST)
+        return _INVALID.get(outcome.reason, pb.BAD_REQUEST)
     return _CODES.get(outcome.code, pb.INTERNAL_SERVER_ERROR)
 
 

@@ -1,44 +1,43 @@
 """apache.rocketmq.v2.MessagingService for RocketMQ 5.x SDKs: routes, settings, heartbeats, sends, transactions, and
 (through broker/grpc/consumer.py and the broker's POP service) receives, acks and invisibility changes.
 
-Sends go through the broker's own SEND_MESSAGE_V2 handler in process (as the web console's changes do), so a message
-sent over gRPC is checked, stored and dispatched exactly as one sent over remoting, and remoting consumers read it.
-Transactional sends are half messages and EndTransaction runs the broker's END_TRANSACTION handler; the broker's
-transaction checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions.py). Delivery times go to
-the broker's 5.x timer (TIMER_DELIVER_MS, broker/timer), and RecallMessage cancels a timed message before its time.
+SendMessage and EndTransaction are decoded from protobuf into the messaging core's typed requests (broker/core/send.py,
+broker/core/transaction.py), authorized as such by the broker's one Authorizer, executed by the core — the same
+checks, store and dispatch as a remoting send, so remoting consumers read what was sent here — and the core's Outcome
+is answered as protobuf; no remoting frame is built. Transactional sends are half messages; the broker's transaction
+checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions.py). Delivery times go to the broker's
+5.x timer (TIMER_DELIVER_MS, broker/timer), and RecallMessage cancels a timed message before its time.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from broker.acl.authorizer import Needs
+from broker.core.outcome import Outcome, Requester
+from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASON_ILLEGAL_TOPIC,
+                              REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
 from broker.grpc.consumer import ConsumerRpcs
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
-from broker.processors.inprocess import AdminCallError, call_handler
-from broker.processors.send_limits import SendLimits
 from broker.managers.derived_names import consumer_group_problem
 from broker.managers.topic_config import validate_topic
-from protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
-from protocol.ids import decode_offset_msg_id
-from protocol.properties import encode_properties
+from protocol.ids import decode_offset_msg_id, pack_host
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_SIZE = 4 * 1024 * 1024
 MAX_USER_PROPERTIES = 128
 CLIENT_ALIVE_MS = 120_000  # a client silent this long (no heartbeat, settings or receive) is gone
 CLIENT_FORGET_S = 3600.0  # ... and this long: its entries (settings, last call) are dropped
@@ -90,18 +89,59 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
+def _packed(peer: str) -> bytes:
+    """The peer's host:port packed as a born host (loopback when it cannot be)."""
+    host, _, port = peer.rpartition(":")
+    try:
+        return pack_host(host.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 0)
+    except ValueError:
+        return pack_host("127.0.0.1", 0)
+
+
+def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
+    """A 5.x message as the core's: its system properties as the stored properties a remoting producer would send
+    (TAGS, KEYS, UNIQ_KEY = message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP =
+    the topic), a delivery time as TIMER_DELIVER_MS, a transactional one as a half message."""
+    sp = message.system_properties
+    topic = message.topic.name
+    props = dict(message.user_properties)
+    if sp.HasField("tag"):
+        props["TAGS"] = sp.tag
+    if sp.keys:
+        props["KEYS"] = " ".join(sp.keys)
+    props["UNIQ_KEY"] = sp.message_id
+    if sp.HasField("message_group"):
+        props["__SHARDINGKEY"] = sp.message_group
+    if sp.HasField("trace_context"):
+        props["TRACE_CONTEXT"] = sp.trace_context
+    props["__BORNHOST"] = sp.born_host or peer
+    born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+    props["BORN_TIMESTAMP"] = str(born_ms)
+    props["PGROUP"] = topic
+    transactional = sp.message_type == pb.TRANSACTION
+    if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
+        props["TIMER_DELIVER_MS"] = str(sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000)
+    if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
+        half_send_properties(props, message)
+    sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
+    return Message(bytes(message.body), None, props, 0, sys_flag, born_ms, born_host)
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """The RPCs 5.x producers call, backed by the broker's managers and request handlers."""
 
-    def __init__(self, broker: "Broker", grpc_port: int) -> None:
+    def __init__(self, broker: "Broker", grpc_port: int, sender: Any = None, ender: Any = None) -> None:
+        """``sender`` / ``ender``: the messaging core's send and end-transaction services (the broker's by
+        default)."""
         self.broker = broker
+        self.sender = sender if sender is not None else broker.send_service
+        ender = ender if ender is not None else broker.end_transaction_service
         self.grpc_port = grpc_port
         self.clients = ClientTable()
         self.settings = self.clients.settings  # client id -> its last Settings
         self.streams = TelemetryStreams()  # open Telemetry streams: where server-initiated commands go
-        self.transactions = GrpcTransactions(broker, self.streams)
+        self.transactions = GrpcTransactions(ender, self.streams)
         self.last_seen = self.clients.last_seen  # client id -> monotonic time of its last call
-        self.send_limits = SendLimits(broker.config)  # properties per message (issue 27), as on remoting
         broker.pop_service.client_alive = self.client_alive
         self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
         self.consumers = ConsumerRpcs(broker.pop_core, broker.config.broker_name, self.settings.get, _client_id,
@@ -206,7 +246,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         merged.CopyFrom(settings)
         merged.metric.on = False
         if settings.WhichOneof("pub_sub") == "publishing":
-            merged.publishing.max_body_size = MAX_BODY_SIZE
+            merged.publishing.max_body_size = self.broker.config.max_message_size  # the core's limit
             merged.publishing.validate_message_type = True
             merged.backoff_policy.max_attempts = 3
             backoff = merged.backoff_policy.exponential_backoff
@@ -256,92 +296,73 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                                      "cannot find client settings for this client"))
         return spb.NotifyClientTerminationResponse(status=status(pb.OK))
 
-    # ---- sending ---------------------------------------------------------------------------------------------
+    # ---- sending (the messaging core: broker/core/send.py) -----------------------------------------------------
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+        """Decoded into one typed SendRequest (authorized as such), sent by the core (each message answered on its
+        own, the plain ones to one queue stored with one append), its outcomes answered as entries."""
         if not request.messages or len({m.topic.name for m in request.messages}) != 1:
             return spb.SendMessageResponse(status=status(pb.MESSAGE_CORRUPTED,
                                                          "give one or more messages of one topic"))
-        refused = self._refusal("SendMessage", request, context)
+        topic = request.messages[0].topic.name
+        peer = _peer_address(context.peer() or "")
+        typed = SendRequest(topic, [], -1, topic, Requester(peer, "grpc", _client_id(context)), "TBW102", 4)
+        refused = self._admitted("SendMessage", typed.needs(), context)
         if refused is not None:
             entries = [spb.SendResultEntry(status=refused, message_id=m.system_properties.message_id)
                        for m in request.messages]
             return spb.SendMessageResponse(status=refused, entries=entries)
-        peer = _peer_address(context.peer() or "")
-        entries = [await self._send_one(message, peer) for message in request.messages]
+        born_host = _packed(peer)
+        entries: list[spb.SendResultEntry | None] = []
+        for message in request.messages:
+            problem = self._invalid(message)
+            if problem is not None:
+                entries.append(spb.SendResultEntry(status=status(*problem),
+                                                   message_id=message.system_properties.message_id))
+                continue
+            typed.messages.append(_core_message(message, peer, born_host))
+            entries.append(None)
+        results = iter(self.sender.send_each(typed) if typed.messages else ())
+        sent = [m for m, e in zip(request.messages, entries) if e is None]
+        answers = iter([await self._entry(m, next(results)) for m in sent])
+        entries = [next(answers) if e is None else e for e in entries]
         codes = {e.status.code for e in entries}
         top = entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS)
         return spb.SendMessageResponse(status=top, entries=entries)
 
-    async def _send_one(self, message: pb.Message, peer: str) -> spb.SendResultEntry:
-        problem = self._invalid(message)
-        if problem is not None:
-            code, text = problem
-            return spb.SendResultEntry(status=status(code, text), message_id=message.system_properties.message_id)
+    def _admitted(self, rpc: str, needs: Needs, context: Any) -> pb.Status | None:
+        """ACL on a typed core request: the caller may do what ``needs`` names (None = allowed)."""
+        _caller, refused = self.access.admit(rpc, None, context, _client_id(context), needs=needs)
+        return refused
+
+    @staticmethod
+    async def _entry(message: pb.Message, result: Any) -> spb.SendResultEntry:
+        """One message's Outcome as its entry: the offset, a transaction id for a half message (the half record's
+        offset msgId + half-queue offset, for EndTransaction), a recall handle for a timed one."""
+        if isinstance(result, BaseException):
+            raise result
+        outcome = result if type(result) is Outcome else await result
         sp = message.system_properties
-        topic = message.topic.name
-        props = dict(message.user_properties)
-        if sp.HasField("tag"):
-            props["TAGS"] = sp.tag
-        if sp.keys:
-            props["KEYS"] = " ".join(sp.keys)
-        props["UNIQ_KEY"] = sp.message_id
-        if sp.HasField("message_group"):
-            props["__SHARDINGKEY"] = sp.message_group
-        if sp.HasField("trace_context"):
-            props["TRACE_CONTEXT"] = sp.trace_context
-        props["__BORNHOST"] = sp.born_host or peer
-        born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
-        props["BORN_TIMESTAMP"] = str(born_ms)
-        props["PGROUP"] = topic
-        transactional = sp.message_type == pb.TRANSACTION
-        timed = False
-        if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
-            deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
-            ahead_ms = deliver_ms - int(time.time() * 1000)
-            limit_s = self.broker.config.timer_max_delay_sec
-            if ahead_ms > limit_s * 1000:
-                return spb.SendResultEntry(status=status(pb.ILLEGAL_DELIVERY_TIME, (
-                    f"the delivery time is {ahead_ms // 1000} s ahead, more than timerMaxDelaySec ({limit_s} s)")),
-                    message_id=sp.message_id)
-            props["TIMER_DELIVER_MS"] = str(deliver_ms)
-            timed = ahead_ms > 0
-        if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
-            half_send_properties(props, message)
-        queue_id = -1
-        config = self.broker.topic_config_manager.get(topic)
-        if sp.HasField("message_group") and config is not None and config.write_queue_nums > 0:
-            queue_id = (zlib.crc32(sp.message_group.encode()) & 0x7FFFFFFF) % config.write_queue_nums
-        sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
-        encoded = encode_properties(props)
-        refusal = self.send_limits.properties_refusal(encoded)  # the remoting handler would say BAD_REQUEST
-        if refusal is not None:
-            return spb.SendResultEntry(status=status(pb.MESSAGE_PROPERTIES_TOO_LARGE, refusal),
-                                       message_id=sp.message_id)
-        fields = {"a": topic, "b": topic, "c": "TBW102", "d": "4", "e": queue_id, "f": sys_flag, "g": born_ms,
-                  "h": 0, "i": encoded, "j": 0, "k": "false", "m": "false"}
-        try:
-            response = await call_handler(self.broker.dispatch_table, RequestCode.SEND_MESSAGE_V2, fields,
-                                          bytes(message.body), caller=peer)
-        except AdminCallError as exc:
-            return spb.SendResultEntry(status=status(_send_code(exc.code), exc.remark), message_id=sp.message_id)
-        ext = response.ext_fields or {}
-        offset = int(ext.get("queueOffset") or 0)
-        if transactional:  # names the half record (offset msgId + half-queue offset) for EndTransaction
-            return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset,
-                                       transaction_id=transaction_id(ext.get("msgId") or "", offset))
-        recall = f"{ext.get('msgId') or ''} {sp.message_id}" if timed else ""
-        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset, recall_handle=recall)
+        if outcome.code not in STORED_CODES or outcome.value is None:
+            return spb.SendResultEntry(status=status(_send_code(outcome), outcome.remark), message_id=sp.message_id)
+        value = outcome.value
+        code = pb.OK if outcome.ok else _send_code(outcome)
+        if sp.message_type == pb.TRANSACTION:
+            return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
+                                       transaction_id=transaction_id(value.msg_ids[0], value.queue_offset))
+        recall = f"{value.msg_ids[0]} {sp.message_id}" if value.timed else ""
+        return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
+                                   recall_handle=recall)
 
     @staticmethod
     def _invalid(message: pb.Message) -> tuple[int, str] | None:
+        """What the 5.x protocol refuses in a message's shape (names, ids, reserved properties); sizes and every
+        other check are the core's."""
         sp = message.system_properties
         problem = validate_topic(message.topic.name)
         if problem is not None:
             return pb.ILLEGAL_TOPIC, problem
         if not message.body:
             return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
-        if len(message.body) > MAX_BODY_SIZE:
-            return pb.MESSAGE_BODY_TOO_LARGE, f"the body has {len(message.body)} bytes, more than {MAX_BODY_SIZE}"
         if len(message.user_properties) > MAX_USER_PROPERTIES:
             return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
         for name, value in message.user_properties.items():
@@ -387,16 +408,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # ---- transactions and timed messages ----------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
-        """The half record named by the transaction id must be of ``request.topic`` (checked before it is
-        touched, broker/grpc/transactions.py), the topic the caller needs PUB on."""
-        refused = self._refusal("EndTransaction", request, context)
+        """Decoded into the core's typed EndTransactionRequest (authorized as such: PUB on ``request.topic``, which
+        the core checks the half record named by the transaction id is of before touching it), decided by the core,
+        its Outcome answered as a status (broker/grpc/transactions.py)."""
+        typed, problem = self.transactions.typed(request, Requester(_peer_address(context.peer() or ""), "grpc",
+                                                                    _client_id(context)))
+        refused = self._admitted("EndTransaction", typed.needs(), context)
         if refused is not None:
             return spb.EndTransactionResponse(status=refused)
-        problem = validate_topic(request.topic.name)
+        topic_problem = validate_topic(request.topic.name)
+        if topic_problem is not None:
+            return spb.EndTransactionResponse(status=status(pb.ILLEGAL_TOPIC, topic_problem))
         if problem is not None:
-            return spb.EndTransactionResponse(status=status(pb.ILLEGAL_TOPIC, problem))
-        peer = _peer_address(context.peer() or "")
-        return spb.EndTransactionResponse(status=await self.transactions.end_transaction(request, peer))
+            return spb.EndTransactionResponse(status=problem)
+        return spb.EndTransactionResponse(status=await self.transactions.end_transaction(typed))
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
         """Cancel a timed message before its time; the handle is `<offset msgId of the timer record> <message id>`."""
@@ -420,8 +445,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.RecallMessageResponse(status=status(pb.OK), message_id=message_id)
 
 
-def _send_code(response_code: int) -> int:
-    """A remoting send refusal as a gRPC status code (reference §8)."""
+_REASON_CODES = {REASON_BODY_TOO_LARGE: pb.MESSAGE_BODY_TOO_LARGE, REASON_PROPERTIES_TOO_LARGE:
+                 pb.MESSAGE_PROPERTIES_TOO_LARGE, REASON_DELIVERY_TIME: pb.ILLEGAL_DELIVERY_TIME,
+                 REASON_ILLEGAL_TOPIC: pb.ILLEGAL_TOPIC}
+
+
+def _send_code(outcome: Outcome) -> int:
+    """A core send refusal as a gRPC status code (reference §8)."""
+    code = _REASON_CODES.get(outcome.reason)
+    if code is not None:
+        return code
     return {
         ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
         ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
@@ -431,4 +464,4 @@ def _send_code(response_code: int) -> int:
         ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
         ResponseCode.INVALID_PARAMETER: pb.BAD_REQUEST,
         ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
-    }.get(response_code, pb.INTERNAL_SERVER_ERROR)
+    }.get(outcome.code, pb.INTERNAL_SERVER_ERROR)

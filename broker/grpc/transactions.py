@@ -1,12 +1,13 @@
 """Transactional messages over gRPC (grpc-proxy.md §3.1 step 5, §5.5, §8, §11), on the broker's own transaction path.
 
 * A SendMessage with message_type TRANSACTION is the remoting half send: properties TRAN_MSG=true and PGROUP (the
-  topic: gRPC producers have no group, the reference registers them under each topic they publish), through the same
-  SEND_MESSAGE_V2 handler, so the message waits in the half queue. The answer's transaction_id names the half record:
+  topic: gRPC producers have no group, the reference registers them under each topic they publish), sent by the
+  messaging core as a remoting one is (broker/core/send.py), so the message waits in the half queue. The answer's transaction_id names the half record:
   its offset message id (store host + commit-log offset) followed by 16 hex digits of its half-queue offset — what
   END_TRANSACTION needs, so it stays valid across a broker restart and needs no table in memory.
-* EndTransaction looks the half record up, checks that it is the message and topic the client names, and hands the
-  decision to the broker's END_TRANSACTION handler (producer group = the topic), exactly as a remoting producer's.
+* EndTransaction becomes the core's typed EndTransactionRequest (broker/core/transaction.py; producer group = the
+  topic), which checks that the half record is the message and topic the client names and decides exactly as for a
+  remoting producer.
 * Transaction checks: TelemetryStreams keeps every open Telemetry stream and the topics its producer publishes;
   GrpcTransactions is registered with the broker's TransactionService as a CheckRecipient. When the check finds an
   open half message of a group (= topic) with no remoting producer connected, it gets a
@@ -19,20 +20,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
+from broker.core.outcome import Outcome, Requester
+from broker.core.transaction import (REASON_NOT_THIS_TRANSACTION, REASON_WRITE_FAILED, EndTransactionRequest,
+                                     EndTransactionService)
 from broker.grpc.common import record_message, status
-from broker.processors.inprocess import AdminCallError, call_handler
-from broker.transaction.half import HALF_TOPIC
-from broker.transaction.service import COMMIT, ROLLBACK
-from protocol.codes import RequestCode, ResponseCode
+from broker.transaction.service import COMMIT, ROLLBACK, UNKNOWN
+from protocol.codes import ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +166,12 @@ class TelemetryStreams:
 
 # ---- EndTransaction and checks -----------------------------------------------------------------------------------
 class GrpcTransactions:
-    """EndTransaction through the broker's END_TRANSACTION handler, and the CheckRecipient that turns the broker's
-    transaction checks into RecoverOrphanedTransactionCommands on producers' Telemetry streams."""
+    """EndTransaction translated to and from the messaging core (broker/core/transaction.py), and the CheckRecipient
+    that turns the broker's transaction checks into RecoverOrphanedTransactionCommands on producers' Telemetry
+    streams."""
 
-    def __init__(self, broker: "Broker", streams: TelemetryStreams) -> None:
-        self.broker = broker
+    def __init__(self, ender: EndTransactionService, streams: TelemetryStreams) -> None:
+        self.ender = ender
         self.streams = streams
 
     # CheckRecipient (broker.transaction.service)
@@ -189,59 +189,47 @@ class GrpcTransactions:
                  stream.client_id, group)
         return True
 
-    async def end_transaction(self, request: spb.EndTransactionRequest, peer: str) -> pb.Status:
+    @staticmethod
+    def typed(request: spb.EndTransactionRequest, requester: Requester) -> tuple[EndTransactionRequest,
+                                                                                  pb.Status | None]:
+        """The core's request (its producer group is the topic, as gRPC producers' half messages name it; the half
+        record must be of this topic and message), and the status refusing what cannot be decoded (None: none)."""
         topic = request.topic.name
+        decision = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution, UNKNOWN)
+        typed = EndTransactionRequest(topic, -1, -1, decision, request.source == pb.SOURCE_SERVER_CHECK, requester,
+                                      request.transaction_id, topic, request.message_id)
         if not request.transaction_id:
-            return status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
+            return typed, status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
         if not request.message_id:
-            return status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
+            return typed, status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
         try:
-            commit_log_offset, queue_offset = parse_transaction_id(request.transaction_id)
+            typed.commit_log_offset, typed.tran_state_table_offset = parse_transaction_id(request.transaction_id)
         except ValueError as exc:
-            return status(pb.INVALID_TRANSACTION_ID,
-                           f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
-        if request.resolution == pb.COMMIT:
-            decision = COMMIT
-        elif request.resolution == pb.ROLLBACK:
-            decision = ROLLBACK
-        else:  # UNKNOWN: the transaction stays open and will be checked, as a remoting UNKNOWN
-            return status(pb.OK, "no resolution given: the transaction stays open and will be checked again")
-        half = self.broker.transaction_service.look(commit_log_offset)
-        if half is None or half.topic != HALF_TOPIC or half.physical_offset != commit_log_offset:
-            return status(pb.INVALID_TRANSACTION_ID,
-                           f"transaction id {request.transaction_id}: no half message at commit-log offset "
-                           f"{commit_log_offset}")
-        uniq = half.properties.get("UNIQ_KEY")
-        if uniq != request.message_id:
-            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to message "
-                                                      f"{uniq}, not {request.message_id}")
-        real_topic = half.properties.get("REAL_TOPIC")
-        if real_topic != topic:
-            return status(pb.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id} belongs to topic "
-                                                      f"{real_topic}, not {topic}")
-        fields = {"producerGroup": topic, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
-                  "commitOrRollback": decision,
-                  "fromTransactionCheck": "true" if request.source == pb.SOURCE_SERVER_CHECK else "false",
-                  "msgId": request.message_id, "transactionId": request.transaction_id, "topic": topic}
-        try:
-            await call_handler(self.broker.dispatch_table, RequestCode.END_TRANSACTION, fields, caller=peer)
-        except AdminCallError as exc:
-            return status(_end_code(exc), exc.remark)
-        return status(pb.OK)
+            return typed, status(pb.INVALID_TRANSACTION_ID,
+                                 f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
+        return typed, None
+
+    async def end_transaction(self, typed: EndTransactionRequest) -> pb.Status:
+        result = self.ender.end(typed)  # UNKNOWN: OK, the transaction stays open and will be checked
+        outcome = result if type(result) is Outcome else await result
+        if outcome.ok:
+            return status(pb.OK, outcome.remark)
+        return status(_end_code(outcome), outcome.remark)
 
 
-def _end_code(exc: AdminCallError) -> int:
-    """An END_TRANSACTION refusal as a gRPC code: a half record the decision cannot apply to (wrong group or offset,
-    already decided) is an invalid transaction id; a failed write is the server's."""
-    if exc.code == ResponseCode.SYSTEM_ERROR:
-        failed_write = exc.remark.startswith(("storing", "recording"))
-        return pb.INTERNAL_SERVER_ERROR if failed_write else pb.INVALID_TRANSACTION_ID
+def _end_code(outcome: Outcome) -> int:
+    """A refused decision as a gRPC code: a half record the decision cannot apply to (wrong group or offset, already
+    decided) is an invalid transaction id; a failed write is the server's."""
+    if outcome.reason == REASON_NOT_THIS_TRANSACTION:
+        return pb.INVALID_TRANSACTION_ID
+    if outcome.reason == REASON_WRITE_FAILED:
+        return pb.INTERNAL_SERVER_ERROR
     return {
         ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
         ResponseCode.INVALID_PARAMETER: pb.BAD_REQUEST,
         ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
         ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
-    }.get(exc.code, pb.INTERNAL_SERVER_ERROR)
+    }.get(outcome.code, pb.INTERNAL_SERVER_ERROR)
 
 
 __all__ = ["GrpcTransactions", "TelemetryStreams", "TelemetryStream", "transaction_id", "parse_transaction_id",

@@ -54,7 +54,7 @@ def pull_response(cmd: RemotingCommand, outcome: Outcome[PullResult]) -> Remotin
     """The remoting answer of a pull outcome."""
     result = outcome.value
     if result is None:
-        forbidden = _FORBIDDEN_TYPES.get(outcome.field) if outcome.code == ResponseCode.NO_PERMISSION else None
+        forbidden = _FORBIDDEN_TYPES.get(outcome.reason) if outcome.code == ResponseCode.NO_PERMISSION else None
         return cmd.make_response(outcome.code, outcome.remark, {"forbiddenType": forbidden} if forbidden else None)
     ext = {
         "suggestWhichBrokerId": str(result.suggest_broker_id),

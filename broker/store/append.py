@@ -1,10 +1,13 @@
 """The put path of the MessageStore: validate, append to the commit log, dispatch to the consume queue and the
 index, notify arrival listeners — synchronously, so an acknowledged message is immediately pullable and queryable.
 
-Two entry points write the same bytes: ``_append`` (any batch, any layout) and ``_append_one`` (the usual single
-message, without the per-batch lists); the single path falls back to ``_append([m])`` whenever anything unusual
-applies. ``MessageAppender`` is a mixin of MessageStore: it works on the store's own state (listed below), which
-keeps attribute access on the hot path direct.
+The public put API (what the send path, the transaction service and the timers use): ``append(msgs)`` (a batch of one
+topic and queue, any layout) and ``append_one(msg)`` (the usual single message, without the per-batch lists) store and
+dispatch at once and return the PutResult without waiting for a flush; ``put_messages`` / ``put_message`` do the same
+and, on a SYNC_FLUSH store, await the flush. The single path falls back to ``append([m])`` whenever anything unusual
+applies; both write the same bytes. ``MessageAppender`` is a mixin of MessageStore: it works on the store's own state
+(listed below), and asks the commit log and the consume queue, through their public methods, whether their current
+file has room.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from protocol.properties import decode_properties
 
 from .recovery import SCHEDULE_TOPIC, schedule_tags_code
 from .commit_log import CommitLog
-from .consume_queue import UNIT_SIZE, ConsumeQueue
+from .consume_queue import ConsumeQueue
 from .flush import FlushService
 from .index import IndexService
 from .mapped_file import StoreDiskFullError
@@ -71,13 +74,13 @@ class MessageAppender:
 
     async def put_messages(self, msgs: list[MessageToStore]) -> PutResult:
         """Store a batch (one topic/queue, consecutive queue offsets)."""
-        result = self._append(msgs)
+        result = self.append(msgs)
         if result.status is PutStatus.PUT_OK and self.config.sync_flush:
             await self._await_sync_flush(result)
         return result
 
     async def put_message(self, msg: MessageToStore) -> PutResult:
-        result = self._append_one(msg)
+        result = self.append_one(msg)
         if result.status is PutStatus.PUT_OK and self.config.sync_flush:
             await self._await_sync_flush(result)
         return result
@@ -123,8 +126,9 @@ class MessageAppender:
             index.put(index.hasher.hash_many(topic, keys), offs, now)
 
     # ------------------------------------------------------------------ general path
-    def _append(self, msgs: list[MessageToStore]) -> PutResult:
-        """Append + dispatch synchronously. All messages go to msgs[0]'s topic/queue."""
+    def append(self, msgs: list[MessageToStore]) -> PutResult:
+        """Append + dispatch synchronously, without waiting for a flush. All messages go to msgs[0]'s topic/queue,
+        with consecutive queue offsets."""
         if not self._loaded or self._shutdown:
             return self._fail(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
         if self.config.replica:
@@ -220,29 +224,26 @@ class MessageAppender:
                          self.config.store_host)
 
     # ------------------------------------------------------------------ single-message fast path
-    def _append_one(self, m: MessageToStore) -> PutResult:
-        """The same bytes and effects as _append([m]) without the per-batch lists.
+    def append_one(self, m: MessageToStore) -> PutResult:
+        """One message: the same bytes and effects as append([m]) without the per-batch lists.
 
         Taken when nothing unusual applies (IPv4 hosts, topic <= 127 bytes already seen, a transaction type that is
         dispatched (NOT or COMMIT), no KEYS, room in the current commit-log and consume-queue files); otherwise
-        _append."""
+        append."""
         topic = m.topic
         topic_bytes = self._topic_bytes.get(topic)
-        cl = self.commit_log
-        cur = cl._cur
         cq = self.consume_queues.get(topic, _NO_QUEUES).get(m.queue_id)
         if (topic_bytes is None or cq is None or not self._loaded or self._shutdown or self.config.replica
                 or m.sys_flag & _TRAN_MASK not in _DISPATCHED_TRAN_TYPES
                 or len(m.born_host) != 8 or len(self.config.store_host) != 8 or len(topic_bytes) > _MAX_TOPIC_V1
-                or m.keys or cur is None or topic == SCHEDULE_TOPIC
-                or cq._cur is None or cq._cur.wrote_position + UNIT_SIZE > cq._cur.allocated_position):
-            return self._append([m])
+                or m.keys or topic == SCHEDULE_TOPIC or not cq.has_room_for_one()):
+            return self.append([m])
         props = m.properties.encode("utf-8") if m.properties_bytes is None else m.properties_bytes
         body = m.body
         size = 91 + len(topic_bytes) + len(body) + len(props)
-        if (len(props) > _MAX_PROPERTIES or len(body) > self.config.max_message_size
-                or cur.wrote_position + size + 8 > cl.file_size):
-            return self._append([m])
+        cl = self.commit_log
+        if len(props) > _MAX_PROPERTIES or len(body) > self.config.max_message_size or not cl.fits_current(size):
+            return self.append([m])
         now = time.time_ns() // 1_000_000 if self._clock_ms is None else self._clock_ms()
         if now >= self._disk_check_at or self._disk_refuse_remark is not None:
             refusal = self._disk_refusal(now)

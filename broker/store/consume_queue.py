@@ -220,6 +220,11 @@ class ConsumeQueue:
             remaining -= self.units_per_file
             start += self.file_size
 
+    def has_room_for_one(self) -> bool:
+        """The current file has disk space for one more unit (an append needs neither a new file nor blocks)."""
+        cur = self._cur
+        return cur is not None and cur.wrote_position + UNIT_SIZE <= cur.allocated_position
+
     def append(self, phys: int, size: int, tags_code: int) -> None:
         """Append one unit at max_offset."""
         cur = self._cur

@@ -64,7 +64,7 @@ class _Store(Protocol):
     def get_max_offset(self, topic: str, queue_id: int) -> int: ...
     def look_record(self, phys_offset: int) -> MessageRecord | None: ...
     async def put_message(self, msg: MessageToStore) -> PutResult: ...
-    def _append_one(self, msg: MessageToStore) -> PutResult: ...
+    def append_one(self, msg: MessageToStore) -> PutResult: ...
 
 
 class _Offsets(Protocol):
@@ -235,7 +235,7 @@ class TransactionService(BackgroundService):
                 done.set_result(ok)
 
         if not self.sync_flush:  # nothing to wait for: append now, no task
-            settle(self.store._append_one(message).ok)
+            settle(self.store.append_one(message).ok)
             return
         task = asyncio.ensure_future(self.store.put_message(message))
         task.add_done_callback(lambda t: settle(not t.cancelled() and t.exception() is None and t.result().ok))

@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+import broker.core.send_batch as send_batch_module
 import broker.processors.send as send_module
 from broker.broker import Broker
 from broker.config import BrokerConfig
@@ -200,14 +201,14 @@ async def _run(tmp_path, name: str, general: bool, monkeypatch, port: int) -> tu
         max_hash_slot_num=997, max_index_num=4000)
     instance = Broker(config)
     instance.store._clock_ms = lambda: FIXED_MS
-    send = instance.processors.send
-    send._uniq = UniqKeyGenerator("127.0.0.1", pid=1, salt=2, clock=lambda: FIXED_MS / 1000)
-    send._random.seed(5)
+    send = instance.send_service
+    send.uniq = UniqKeyGenerator("127.0.0.1", pid=1, salt=2, clock=lambda: FIXED_MS / 1000)
+    send.random.seed(5)
     if general:
-        monkeypatch.setattr(send_module, "match_producer_layout", lambda raw: None)
+        monkeypatch.setattr(send_batch_module, "match_producer_layout", lambda raw: None)
         monkeypatch.setattr(send_module, "ResponseTemplate", _GeneralTemplate)
         store = instance.store
-        store._append_one = lambda message: store._append([message])
+        store.append_one = lambda message: store.append([message])
         store.index.hasher = _ReferenceHasher()
     await instance.start()
     transport = _Transport()

@@ -1,4 +1,4 @@
-"""broker/processors/send_limits.py: the per-client topic-creation bucket, the properties check, and their conf keys
+"""broker/core/send_limits.py: the per-client topic-creation bucket, the properties check, and their conf keys
 (issue 27). The broker-level behaviour is tested with real brokers in tests/faults/test_flood_*.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig, ConfigError, load_broker_config
-from broker.processors.send_limits import SendLimits, TopicCreationBuckets, client_address
+from broker.core.send_limits import SendLimits, TopicCreationBuckets, client_address
 
 
 class Clock:

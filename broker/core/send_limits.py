@@ -1,7 +1,7 @@
 """Flood limits on the send path (issue 27): topics auto-created per client, and properties per message.
 
-Kept apart from send.py so that file's per-message code stays as it is: SendProcessor calls `SendLimits` at the two
-points where a client can make the broker do work out of proportion to its request.
+The messaging core's send service (broker/core/send.py) calls `SendLimits` at the two points where a client can make
+the broker do work out of proportion to its request, whichever protocol brought it.
 
 * **Auto-created topics per client.** Creating a topic costs the broker files, a journal record, a route
   registration and a config rewrite; one client creating topics as fast as it could made 6,784 in 10 s and cut a
@@ -78,9 +78,10 @@ class TopicCreationBuckets:
         self._bucket(key, self._clock())[0] -= 1.0
 
 
-def client_address(channel: Any) -> str:
-    """The IP address a request came from, the same for IPv4, IPv4-mapped IPv6 and bracketed IPv6 spellings."""
-    host = getattr(channel, "remote_host", None) or str(getattr(channel, "remote_addr", "?"))
+def client_address(requester: Any) -> str:
+    """The IP address a request came from (a Requester, or anything with remote_host / remote_addr), the same for
+    IPv4, IPv4-mapped IPv6 and bracketed IPv6 spellings."""
+    host = getattr(requester, "remote_host", None) or str(getattr(requester, "remote_addr", "?"))
     host = host.strip("[]")
     return host[7:] if host.startswith("::ffff:") and "." in host else host
 
@@ -99,9 +100,9 @@ class SendLimits:
         self.check_from = min(self.max_bytes // 4, self.max_count)
 
     # ---- auto-creation ------------------------------------------------------------------------------------------
-    def create_topic(self, topics: Any, channel: Any, topic: str, default_topic: str | None,
+    def create_topic(self, topics: Any, requester: Any, topic: str, default_topic: str | None,
                      queue_nums: int) -> tuple[Any, str | None]:
-        """Auto-create `topic` for a send from `channel`: (its TopicConfig or None if it cannot be created, None) or
+        """Auto-create `topic` for a send from `requester` (its remote_addr / remote_host): (its TopicConfig or None if it cannot be created, None) or
         (None, the refusal remark) when the client is past its creation rate.
 
         The answer to a refusal is SYSTEM_BUSY (2), the code of the reference's flow control. A Java producer's send
@@ -111,14 +112,14 @@ class SendLimits:
         client takes SYSTEM_BUSY for "the topic does not exist"."""
         buckets = self.buckets
         if buckets is None:
-            return topics.create_topic_in_send_callback(topic, default_topic, channel.remote_addr, queue_nums, 0), None
-        address = client_address(channel)
+            return topics.create_topic_in_send_callback(topic, default_topic, requester.remote_addr, queue_nums, 0), None
+        address = client_address(requester)
         if not buckets.available(address):
             return None, (f"topic[{topic}] not created: the client at {address} auto-creates topics faster than this "
                           f"broker allows one client (autoCreateTopicRatePerClient={self.rate} a second, "
                           f"autoCreateTopicBurstPerClient={self.burst}); create it first (mqadmin updateTopic) or "
                           f"send again later")
-        created = topics.create_topic_in_send_callback(topic, default_topic, channel.remote_addr, queue_nums, 0)
+        created = topics.create_topic_in_send_callback(topic, default_topic, requester.remote_addr, queue_nums, 0)
         if created is not None:
             buckets.spend(address)
         return created, None

@@ -1,0 +1,528 @@
+"""SEND in the messaging core (reference §4.3): a typed SendRequest in, one Outcome[SendResult] out, whichever
+protocol brought it.
+
+The remoting processor (broker/processors/send.py) and the gRPC service (broker/grpc/service.py) only translate their
+wire format into a SendRequest and the Outcome back; every check lives here once: the producer group and topic names,
+the broker's and the topic's write permission, topic auto-creation (and its per-client rate), the queue, the message
+and properties sizes (maxMessageSize, maxMessagePropertiesBytes/Count), retry topics and dead letters, delayed and
+timed delivery, half messages of transactions, the in-sync replicas and the slaves' acknowledgements.
+
+Three ways in, one per shape of traffic:
+
+* ``send(request)``: one message, or an atomic batch (``request.batch``: one queue, one append, one answer; any bad
+  message refuses them all) — broker/core/send_batch.py;
+* ``send_each(request)``: several independent messages of one topic (a gRPC SendMessage): each checked and answered on
+  its own, the plain ones to one queue stored with one append;
+* ``send_run(requests)``: single sends read together from one connection (remoting pipelining): the same, one append
+  per queue.
+
+A result is an Outcome when nothing is left to wait for (ASYNC_FLUSH, no replication: no coroutine is created), else
+an awaitable of one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Awaitable, Protocol
+
+from broker.acl.authorizer import Needs
+from broker.acl.resources import send_needs
+from broker.core.outcome import Outcome, Requester
+from broker.core.replication import ReplicationWaiter
+from broker.core.send_limits import SendLimits
+from broker.descriptors import DescriptorsShortError
+from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,
+                                          validate_group, validate_topic)
+from broker.schedule.delay import to_schedule_topic
+from broker.store.types import MessageToStore, PutResult, PutStatus
+from broker.timer.timed import (PROP_DELAY_MS as PROP_TIMER_DELAY_MS, PROP_DELAY_SEC as PROP_TIMER_DELAY_SEC,
+                                PROP_DELIVER_MS as PROP_TIMER_DELIVER_MS, TimerPropertyError, timer_deliver_ms,
+                                to_timer_topic)
+from broker.transaction.half import is_half_send, to_half
+from protocol.codes import PERM_WRITE, ResponseCode
+from protocol.hashing import tags_code
+from protocol.ids import UniqKeyGenerator
+from protocol.message import MULTI_TAGS_FLAG, TRANSACTION_TYPE_MASK
+from protocol.properties import MAX_PROPERTIES_BYTES, decode_properties, encode_properties
+
+__all__ = ["Message", "SendRequest", "SendResult", "SendService", "StoreWriter", "REASON_BODY_TOO_LARGE",
+           "REASON_DELIVERY_TIME", "REASON_ILLEGAL_TOPIC", "REASON_PROPERTIES_TOO_LARGE", "STORED_CODES"]
+
+PROP_UNIQ_KEY = "UNIQ_KEY"
+PROP_TAGS = "TAGS"
+PROP_KEYS = "KEYS"
+PROP_CLUSTER = "CLUSTER"
+PROP_SHARDING_KEY = "__SHARDINGKEY"
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+# Outcome.reason of refusals a protocol may answer with a finer code than ResponseCode
+REASON_BODY_TOO_LARGE = "body_too_large"
+REASON_PROPERTIES_TOO_LARGE = "properties_too_large"
+REASON_DELIVERY_TIME = "delivery_time"
+REASON_ILLEGAL_TOPIC = "illegal_topic"
+
+_PUT_STATUS_CODES: dict[PutStatus, int] = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+#: codes whose message is stored (the value is set): SUCCESS, and a flush or replication that did not complete
+STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                          ResponseCode.SLAVE_NOT_AVAILABLE})
+_SUCCESS = int(ResponseCode.SUCCESS)
+_LOCAL = Requester("127.0.0.1:0", "console")
+_DEFERRED = object()  # send_run: this request's message waits for its queue's append
+
+
+# ---- the typed request and result ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Message:
+    """One message to send. Its properties come either encoded (``properties_text``, as remoting carries them; a batch
+    entry's as the UTF-8 bytes that arrived, ``raw_properties``) or decoded (``properties``, as gRPC carries them;
+    the core may change that dict); tags and keys are the TAGS and KEYS properties. ``born_host`` is packed
+    (protocol.ids.pack_host)."""
+
+    body: bytes
+    properties_text: str | None = None
+    properties: dict[str, str] | None = None
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    reconsume_times: int = 0
+    raw_properties: bytes | None = None
+
+    def property_map(self) -> dict[str, str]:
+        """The properties decoded, whichever form they came in."""
+        if self.properties is not None:
+            return self.properties
+        if self.raw_properties is not None:
+            return decode_properties(self.raw_properties.decode("utf-8", "replace"))
+        return decode_properties(self.properties_text)
+
+    @property
+    def tags(self) -> str | None:
+        return self.property_map().get(PROP_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.property_map().get(PROP_KEYS)
+
+
+@dataclass(slots=True)
+class SendRequest:
+    """A send of ``messages`` to ``topic``: queue ``queue_id`` (-1: the broker chooses), from ``producer_group``.
+    ``batch``: the messages are one atomic batch (``batch_properties`` / ``batch_sys_flag``: the batch's own encoded
+    properties and sysFlag).
+    ``default_topic`` / ``default_topic_queue_nums``: the template of an auto-created topic; ``max_reconsume_times``:
+    a retry's limit (None: the group's)."""
+
+    topic: str
+    messages: Sequence[Message]
+    queue_id: int = -1
+    producer_group: str | None = None
+    requester: Requester = _LOCAL
+    default_topic: str | None = None
+    default_topic_queue_nums: int = 4
+    max_reconsume_times: int | None = None
+    batch: bool = False
+    batch_properties: str | None = None
+    batch_sys_flag: int = 0
+
+    def needs(self) -> Needs:
+        """What the requester must be allowed (broker/acl/authorizer.py): PUB on the topic, or SUB on the group of a
+        retry topic."""
+        return send_needs(self.topic)
+
+
+@dataclass(slots=True)
+class SendResult:
+    """Where the messages went: ``msg_ids`` (offset message ids, one per message), the queue and the first message's
+    queue offset (the others follow it); ``transaction_id`` the UNIQ_KEY a remoting answer names (a batch: its own
+    property's); ``timed`` when the message waits in the timer (it can be recalled)."""
+
+    msg_ids: Sequence[str]
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    timed: bool = False
+
+
+class StoreWriter(Protocol):
+    """The store's public put API (broker/store/append.py)."""
+
+    def append(self, msgs: list[MessageToStore]) -> PutResult: ...
+    def append_one(self, msg: MessageToStore) -> PutResult: ...
+    async def put_message(self, msg: MessageToStore) -> PutResult: ...
+    async def put_messages(self, msgs: list[MessageToStore]) -> PutResult: ...
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: bool = False,
+                   batch: bool = False) -> Outcome[SendResult]:
+    """The Outcome of a put: SUCCESS (or a stored-but-late code, remark = the put status) with the SendResult, else
+    the refusal."""
+    status = result.status
+    if status is PutStatus.PUT_OK:
+        return Outcome(_SUCCESS, "", SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+    code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+    if code in STORED_CODES:
+        return Outcome(int(code), status.name,
+                       SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+    return Outcome(int(code), result.remark or f"put message failed: {status.name}")
+
+
+# ---- the service -------------------------------------------------------------------------------------------------
+class SendService:
+    """Checks, stores and answers sends. Built by the Broker with what it uses: ``config`` (BrokerConfig, read live:
+    permissions, roles and limits change at run time), the store's put API, the topic and subscription-group
+    registries, the replication waiter, ``remember_half`` (the transaction service keeps the half messages it will
+    be asked to decide on) and ``delay_max_level`` (the schedule service's number of delay levels)."""
+
+    def __init__(self, config: Any, store: StoreWriter, topics: Any, groups: Any, *, sync_flush: bool,
+                 replication: ReplicationWaiter, remember_half: Callable[..., None],
+                 delay_max_level: Callable[[], int]) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.sync_flush = sync_flush
+        self.replication = replication
+        self.remember_half = remember_half
+        self.delay_max_level = delay_max_level
+        self.region = config.region_id
+        self.trace_on = bool(config.trace_on)
+        self.cluster_name = config.broker_cluster_name
+        self._cluster_suffix = f"{PROP_CLUSTER}\x01{config.broker_cluster_name}\x02"
+        self.max_body = config.max_message_size
+        self.limits = SendLimits(config)  # issue 27: auto-created topics per client, properties per message
+        self.uniq = UniqKeyGenerator(config.broker_ip1 or "127.0.0.1")
+        self.random = random.Random()
+        self._valid_topics: set[str] = set()  # names that passed validate_topic and the not-allowed list
+        self._valid_groups: set[str] = set()  # producer groups that passed validate_group
+        self.tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
+        self._text_tag_codes: dict[str | None, int] = {None: 0}  # TAGS -> tagsCode (tags repeat across messages)
+        from broker.core.send_batch import BatchSender  # here: send_batch imports this module
+        self._batch = BatchSender(self)
+
+    def refresh_role(self) -> None:
+        """Read the role again (controller mode changes it at run time)."""
+        self.replication.refresh_role()
+
+    # ---- entry points --------------------------------------------------------------------------------------------
+    def send(self, request: SendRequest) -> Outcome[SendResult] | Awaitable[Outcome[SendResult]]:
+        """One message, or an atomic batch (``request.batch``)."""
+        if request.batch:
+            return self._batch.send(request)
+        if len(request.messages) != 1:
+            return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, "give one message, or a batch")
+        return self._single(request, request.messages[0], None, None)
+
+    def send_each(self, request: SendRequest) -> list[Any]:
+        """Each message of ``request`` sent on its own (its own checks and Outcome, in order); messages the broker
+        puts in a queue itself go to one queue, and the plain ones of a queue are stored with one append."""
+        if len(request.messages) == 1:
+            return [self.send(request)]
+        return self.send_run([SendRequest(request.topic, [message], request.queue_id, request.producer_group,
+                                          request.requester, request.default_topic,
+                                          request.default_topic_queue_nums, request.max_reconsume_times)
+                              for message in request.messages])
+
+    def send_run(self, requests: list[SendRequest]) -> list[Any]:
+        """Single sends that arrived together: each is checked and answered on its own, but with ASYNC_FLUSH and no
+        replication to wait for the plain ones are stored with one append per queue (one queue per topic for those
+        that leave the choice to the broker). One result per request: an Outcome, an awaitable of one, or the
+        exception one raised."""
+        deferred: list | None = None if self.sync_flush or self.replication.sync_master else []
+        picks: dict[str, int] = {}
+        results: list[Any] = []
+        single = self._single
+        for request in requests:
+            try:
+                if request.batch or len(request.messages) != 1:
+                    results.append(self.send(request))
+                else:
+                    results.append(single(request, request.messages[0], deferred, picks))
+            except Exception as exc:  # noqa: BLE001 - answered per request by the caller
+                results.append(exc)
+        if deferred:
+            pending = iter(self._store_deferred(deferred))
+            results = [next(pending) if result is _DEFERRED else result for result in results]
+        return results
+
+    # ---- checks --------------------------------------------------------------------------------------------------
+    def check_topic(self, request: SendRequest) -> tuple[TopicConfig | None, Outcome | None]:
+        """The producer group, the broker's and the topic's permissions, the topic (auto-created when allowed), the
+        queue: (topic config, None) or (None, the refusal)."""
+        topic = request.topic
+        group = request.producer_group
+        if group not in self._valid_groups:
+            problem = validate_group(group)
+            if problem is not None:
+                return None, Outcome.refused(ResponseCode.INVALID_PARAMETER, f"producerGroup: {problem}")
+            if len(self._valid_groups) > 100_000:
+                self._valid_groups.clear()
+            self._valid_groups.add(group)
+        config = self.config
+        if not config.broker_permission & PERM_WRITE:
+            return None, Outcome.refused(ResponseCode.NO_PERMISSION,
+                                         f"the broker[{config.broker_ip1}] sending message is forbidden")
+        if topic not in self._valid_topics:
+            problem = validate_topic(topic)
+            if problem is not None:
+                return None, Outcome.refused(ResponseCode.INVALID_PARAMETER, problem, REASON_ILLEGAL_TOPIC)
+            if self.topics.is_not_allowed_send_topic(topic):
+                return None, Outcome.refused(ResponseCode.NO_PERMISSION,
+                                             f"Sending message to topic[{topic}] is forbidden.")
+            if len(self._valid_topics) > 100_000:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
+        topic_config = self.topics.get(topic)
+        if topic_config is None:
+            try:
+                topic_config, refusal = self.limits.create_topic(self.topics, request.requester, topic,
+                                                                 request.default_topic,
+                                                                 request.default_topic_queue_nums or 4)
+            except DescriptorsShortError as exc:  # fileDescriptorReserve reached: a transient refusal
+                return None, Outcome.refused(ResponseCode.SYSTEM_BUSY, str(exc))
+            if refusal is not None:
+                return None, Outcome.refused(ResponseCode.SYSTEM_BUSY, refusal)
+            if topic_config is None:
+                return None, Outcome.refused(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! (defaultTopic {request.default_topic!r} "
+                    f"cannot be used for auto-creation)")
+        if not topic_config.perm & PERM_WRITE:
+            return None, Outcome.refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue_id = request.queue_id
+        queue_limit = max(topic_config.read_queue_nums, topic_config.write_queue_nums)
+        if queue_id >= queue_limit:
+            return None, Outcome.refused(
+                ResponseCode.INVALID_PARAMETER,
+                f"request queueId[{queue_id}] is illegal, topic[{topic}] has {queue_limit} queues")
+        return topic_config, None
+
+    def pick_queue(self, queue_id: int, topic_config: TopicConfig, sharding_key: str | None = None,
+                   picks: dict[str, int] | None = None) -> int:
+        """The queue a message goes to: the one asked for; else its sharding key's (a message group: always the same
+        queue); else one at random (one per topic for a run)."""
+        if queue_id >= 0:
+            return queue_id
+        queues = max(1, topic_config.write_queue_nums)
+        if sharding_key:
+            return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % queues
+        if picks is None:
+            return self.random.randrange(99_999_999) % queues
+        topic = topic_config.topic_name
+        picked = picks.get(topic)
+        if picked is None:
+            picked = picks[topic] = self.random.randrange(99_999_999) % queues
+        return picked
+
+    # ---- one message ---------------------------------------------------------------------------------------------
+    def _single(self, request: SendRequest, message: Message, deferred: list | None,
+                picks: dict[str, int] | None) -> Any:
+        """Check and build the message, then store it; with ``deferred`` (a run, ASYNC_FLUSH) a plain message is
+        added there and _DEFERRED returned: send_run stores it with the others of its queue."""
+        props = message.properties
+        props_text = message.properties_text
+        if props is not None and props_text is None:
+            props_text = encode_properties(props)
+        elif props_text is None:
+            props_text = ""
+        limits = self.limits
+        if len(props_text) > limits.check_from:  # before anything is decoded or a topic created
+            refusal = limits.properties_refusal(props_text)
+            if refusal is not None:
+                return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal, REASON_PROPERTIES_TOO_LARGE)
+        topic_config, refusal = self.check_topic(request)
+        if refusal is not None:
+            return refusal
+        topic = request.topic
+        body = message.body
+        if len(body) > self.max_body:
+            return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"the message body size {len(body)} exceeds the maximum {self.max_body}",
+                                   REASON_BODY_TOO_LARGE)
+        if props is None:
+            props = decode_properties(props_text)
+        queue_id = request.queue_id
+        if queue_id < 0:
+            queue_id = self.pick_queue(queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)
+        reconsume_times = message.reconsume_times
+        rebuild = False
+
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+            group_config = self.groups.find_or_create(group)
+            if group_config is None:
+                return Outcome.refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            max_times = request.max_reconsume_times
+            if max_times is None:
+                max_times = group_config.retry_max_times
+            if max_times is None or max_times < 0:
+                max_times = DEFAULT_MAX_RECONSUME_TIMES
+            if reconsume_times > max_times:
+                dlq = self.topics.create_dlq_topic(group)
+                if dlq is None:
+                    return Outcome.refused(ResponseCode.SYSTEM_ERROR, f"topic[{DLQ_GROUP_TOPIC_PREFIX}{group}] not exist")
+                topic = dlq.topic_name
+                queue_id = 0
+                if props.pop("DELAY", None) is not None:
+                    rebuild = True
+
+        # Stored properties = request properties + UNIQ_KEY (if missing) + CLUSTER; appended to the
+        # original text when possible instead of re-encoding the whole map.
+        suffix = ""
+        uniq_key = props.get(PROP_UNIQ_KEY)
+        if not uniq_key:
+            uniq_key = self.uniq.next()
+            props[PROP_UNIQ_KEY] = uniq_key
+            suffix = f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
+        cluster = props.get(PROP_CLUSTER)
+        if cluster != self.cluster_name:
+            if cluster is not None:
+                rebuild = True
+            else:
+                suffix += self._cluster_suffix
+            props[PROP_CLUSTER] = self.cluster_name
+        if rebuild:
+            props_text = encode_properties(props)
+        elif suffix:
+            if props_text and not props_text.endswith("\x02"):
+                props_text += "\x02"
+            props_text += suffix
+        if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+            return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"the message properties size {_utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
+
+        sys_flag = message.sys_flag
+        half = "TRAN_MSG" in props and is_half_send(props, reconsume_times)
+        if sys_flag & TRANSACTION_TYPE_MASK and not half:
+            sys_flag &= ~TRANSACTION_TYPE_MASK  # a stray PREPARED bit must not hide a plain message (pitfall 1)
+        if topic_config.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        tags = props.get(PROP_TAGS)
+        code = self._text_tag_codes.get(tags)
+        if code is None:
+            code = self._tag_code(tags)
+        stored = MessageToStore(topic, queue_id, message.flag, sys_flag, message.born_timestamp, message.born_host,
+                                reconsume_times, body, props_text, code, props.get(PROP_KEYS), uniq_key)
+        timed = False
+        if half:  # transactions.md §2: stored in the half queue, invisible until END_TRANSACTION commits it
+            if self.config.reject_transaction_message:
+                return Outcome.refused(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending "
+                                                                   f"transaction message is forbidden")
+            committed_text = to_half(stored, props)
+            stored.keys = stored.uniq_key = None  # not indexed: the committed message will be
+            return self._put_half(stored, props, committed_text, queue_id, uniq_key)
+        if "DELAY" in props:  # §4.3.2 step 6: delayed messages wait in SCHEDULE_TOPIC_XXXX
+            to_schedule_topic(stored, props, self.delay_max_level())
+        elif PROP_TIMER_DELIVER_MS in props or PROP_TIMER_DELAY_SEC in props or PROP_TIMER_DELAY_MS in props:
+            refusal_text = self._to_timer(stored, props)  # 5.x timed messages wait in rmq_sys_wheel_timer
+            if refusal_text is not None:
+                return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal_text, REASON_DELIVERY_TIME)
+            timed = stored.topic != topic
+        if self.replication.sync_master:
+            return self._put_replicated(stored, queue_id, uniq_key, timed)
+        if deferred is not None:
+            deferred.append((stored, queue_id, uniq_key, timed))
+            return _DEFERRED
+        if not self.sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
+            return stored_outcome(self.store.append_one(stored), queue_id, uniq_key, timed)
+        return self._put_one(stored, queue_id, uniq_key, timed)
+
+    def _tag_code(self, tags: str) -> int:
+        """tagsCode of a tag, remembered per tag (bounded)."""
+        codes = self._text_tag_codes
+        if len(codes) > 4096:
+            codes.clear()
+            codes[None] = 0
+        code = codes[tags] = tags_code(tags)
+        return code
+
+    def _to_timer(self, message: MessageToStore, props: dict[str, str]) -> str | None:
+        """Redirect a timed message whose time is ahead to the timer topic; the refusal text when its timer
+        properties are malformed or too far ahead (timerMaxDelaySec)."""
+        now = int(time.time() * 1000)
+        try:
+            deliver_ms = timer_deliver_ms(props, now)
+        except TimerPropertyError as exc:
+            return str(exc)
+        if deliver_ms is None or deliver_ms <= now:
+            return None  # due already: stored as a plain message
+        limit_s = self.config.timer_max_delay_sec
+        if deliver_ms - now > limit_s * 1000:
+            return (f"the delivery time is {(deliver_ms - now) // 1000} s ahead, more than timerMaxDelaySec "
+                    f"({limit_s} s)")
+        to_timer_topic(message, props, deliver_ms)
+        return None
+
+    # ---- storing -------------------------------------------------------------------------------------------------
+    def _store_deferred(self, deferred: list[tuple[MessageToStore, int, str, bool]]) -> list[Outcome]:
+        """One append per (topic, queue), outcomes in request order. A batch the store refuses is retried message
+        by message, so each request gets exactly the outcome it would have had alone."""
+        store = self.store
+        outcomes: list[Any] = [None] * len(deferred)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for k, entry in enumerate(deferred):
+            message = entry[0]
+            key = (message.topic, message.queue_id)
+            members = groups.get(key)
+            if members is None:
+                groups[key] = [k]
+            else:
+                members.append(k)
+        for members in groups.values():
+            if len(members) > 1:
+                result = store.append([deferred[k][0] for k in members])
+                if result.status is PutStatus.PUT_OK:
+                    msg_ids = result.msg_ids
+                    first = result.queue_offset
+                    for n, k in enumerate(members):
+                        _message, queue_id, uniq_key, timed = deferred[k]
+                        outcomes[k] = Outcome(_SUCCESS, "", SendResult((msg_ids[n],), queue_id, first + n,
+                                                                       uniq_key, timed))
+                    continue
+            for k in members:
+                message, queue_id, uniq_key, timed = deferred[k]
+                outcomes[k] = stored_outcome(store.append_one(message), queue_id, uniq_key, timed)
+        return outcomes
+
+    async def _put_replicated(self, message: MessageToStore, queue_id: int, uniq_key: str,
+                              timed: bool) -> Outcome[SendResult]:
+        refusal = self.replication.in_sync_refusal()
+        if refusal is not None:
+            return Outcome.refused(ResponseCode.SYSTEM_ERROR, refusal)
+        result = await self.store.put_message(message)
+        await self.replication.wait(result)
+        return stored_outcome(result, queue_id, uniq_key, timed)
+
+    async def _put_half(self, message: MessageToStore, props: dict[str, str], committed_text: str | None,
+                        queue_id: int, uniq_key: str) -> Outcome[SendResult]:
+        refusal = self.replication.in_sync_refusal()
+        if refusal is not None:
+            return Outcome.refused(ResponseCode.SYSTEM_ERROR, refusal)
+        result = await self.store.put_message(message)
+        await self.replication.wait(result)
+        if result.ok:
+            self.remember_half(result.physical_offset, result.queue_offset, message, props, committed_text)
+        return stored_outcome(result, queue_id, uniq_key)
+
+    async def _put_one(self, message: MessageToStore, queue_id: int, uniq_key: str,
+                       timed: bool) -> Outcome[SendResult]:
+        return stored_outcome(await self.store.put_message(message), queue_id, uniq_key, timed)
