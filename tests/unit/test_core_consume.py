@@ -52,9 +52,9 @@ async def test_pull_refusals_found_and_not_found(tmp_path) -> None:
     try:
         puller = broker.puller
         missing = puller.pull(PullRequest("g", "NoSuchTopic", 0, 0, subscription=("TAG", "*")))
-        assert missing.code == ResponseCode.TOPIC_NOT_EXIST and missing.field == "topic" and missing.value is None
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST and missing.reason == "topic" and missing.value is None
         bad_queue = puller.pull(PullRequest("g", "Core", 7, 0, subscription=("TAG", "*")))
-        assert bad_queue.code == ResponseCode.INVALID_PARAMETER and bad_queue.field == "queue"
+        assert bad_queue.code == ResponseCode.INVALID_PARAMETER and bad_queue.reason == "queue"
         no_sub = puller.pull(PullRequest("g", "Core", 0, 0))  # no heartbeat registered the subscription
         assert no_sub.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
         await _put(broker, 3)
@@ -122,15 +122,15 @@ async def test_pop_batched_ack_survives_a_restart_and_invisibility_changes(tmp_p
         assert changed.ok and changed.value.invisible_ms == 200
         acked = core.ack(AckRequest("pg", "Core", handles[:3] + ["not a handle"]))
         assert acked.ok and [a.ok for a in acked.value] == [True, True, True, False]
-        assert acked.value[3].code == ResponseCode.INVALID_PARAMETER and acked.value[3].field == "receipt_handle"
+        assert acked.value[3].code == ResponseCode.INVALID_PARAMETER and acked.value[3].reason == "receipt_handle"
         again = core.ack(AckRequest("pg", "Core", handles[:1]))  # acking again is harmless
         assert again.ok and again.value[0].ok
         refused = core.ack(AckRequest("pg", "Core", []))
-        assert refused.code == ResponseCode.INVALID_PARAMETER and refused.field == "entries"
+        assert refused.code == ResponseCode.INVALID_PARAMETER and refused.reason == "entries"
         short = await core.receive(PopReceiveRequest("pg", "Core", 32, invisible_ms=10, poll_ms=100))
-        assert short.code == ResponseCode.INVALID_PARAMETER and short.field == "invisible_time"
+        assert short.code == ResponseCode.INVALID_PARAMETER and short.reason == "invisible_time"
         bad_name = await core.receive(PopReceiveRequest("bad group!", "Core", 32, invisible_ms=1000))
-        assert bad_name.code == ResponseCode.INVALID_PARAMETER and bad_name.field == "group"
+        assert bad_name.code == ResponseCode.INVALID_PARAMETER and bad_name.reason == "group"
     finally:
         await broker.shutdown()
     broker = Broker(_config(tmp_path))
