@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, AsyncIterator
 
-from broker.grpc.common import duration, record_message, status, timestamp, to_ms
+from broker.grpc.common import duration, no_route_remark, record_message, status, timestamp, to_ms
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.derived_names import consumer_group_problem, pop_names_problem
 from broker.managers.topic_config import validate_topic
@@ -65,7 +65,7 @@ class ConsumerRpcs:
             return status(pb.ILLEGAL_TOPIC, problem)
         config = self.topics.get(topic)
         if config is None:
-            return status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+            return status(pb.TOPIC_NOT_FOUND, no_route_remark(topic))
         group_config = self.groups.find_or_create(group)
         if group_config is None:
             return status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
@@ -101,7 +101,6 @@ class ConsumerRpcs:
     # ---- ReceiveMessage ------------------------------------------------------------------------------------
     async def receive(self, request: spb.ReceiveMessageRequest,
                       context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        started_ms = int(time.time() * 1000)
         pop_request, poll_s, failure = self._pop_request(request, context)
         deliveries: list[Delivery] = []
         if failure is None:
@@ -117,7 +116,8 @@ class ConsumerRpcs:
             yield spb.ReceiveMessageResponse(status=status(pb.OK))
             for delivery in deliveries:
                 yield spb.ReceiveMessageResponse(message=to_message(delivery))
-        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(started_ms))
+        # the closing frame: the server's clock when the answer is complete, as the reference stamps it
+        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
 
     def _pop_request(self, request: spb.ReceiveMessageRequest,
                      context: Any) -> tuple[PopRequest | None, float, pb.Status | None]:

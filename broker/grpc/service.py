@@ -16,9 +16,12 @@ import zlib
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status, timestamp
+from broker.grpc.common import (SYSTEM_PROPERTY_NAMES, accept_message_types, duration, no_route_remark, status,
+                                timestamp)
 from broker.grpc.consumer import ConsumerRpcs
-from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
+from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties
+from broker.managers.topic_message_type import send_type_problem
+from broker.transaction.half_ids import send_transaction_id
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
 from broker.processors.inprocess import AdminCallError, call_handler
@@ -137,18 +140,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=status(pb.ILLEGAL_TOPIC, problem))
         config = self.broker.topic_config_manager.get(topic)
         if config is None:
-            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, no_route_remark(topic)))
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
         queues = []
         read, write = config.read_queue_nums, config.write_queue_nums
+        accepted = accept_message_types(config)  # the topic's message type (attribute message.type)
         for queue_id in range(max(read, write)):
             readable = config.perm & PERM_READ and queue_id < read
             writable = config.perm & PERM_WRITE and queue_id < write
             permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
                           else pb.WRITE if writable else pb.NONE)
             queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
-                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
+                                          accept_message_types=accepted))
         return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     def _own_endpoints(self) -> pb.Endpoints:
@@ -199,7 +203,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         merged.metric.on = False
         if settings.WhichOneof("pub_sub") == "publishing":
             merged.publishing.max_body_size = MAX_BODY_SIZE
-            merged.publishing.validate_message_type = True
+            merged.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
             merged.backoff_policy.max_attempts = 3
             backoff = merged.backoff_policy.exponential_backoff
             backoff.initial.CopyFrom(duration(10))
@@ -301,6 +305,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             half_send_properties(props, message)
         queue_id = -1
         config = self.broker.topic_config_manager.get(topic)
+        conflict = send_type_problem(self.broker.config.enable_topic_message_type_check, config, props)
+        if conflict is not None:  # the topic's message type is another (topic_message_type.py)
+            return spb.SendResultEntry(status=status(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict),
+                                       message_id=sp.message_id)
         if sp.HasField("message_group") and config is not None and config.write_queue_nums > 0:
             queue_id = (zlib.crc32(sp.message_group.encode()) & 0x7FFFFFFF) % config.write_queue_nums
         sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
@@ -318,11 +326,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.SendResultEntry(status=status(_send_code(exc.code), exc.remark), message_id=sp.message_id)
         ext = response.ext_fields or {}
         offset = int(ext.get("queueOffset") or 0)
-        if transactional:  # names the half record (offset msgId + half-queue offset) for EndTransaction
+        # transaction_id: the message id for every send, as the reference (EndTransaction finds the half record
+        # through the broker's HalfIds, broker/transaction/half_ids.py)
+        tx_id = send_transaction_id(ext, sp.message_id)
+        if transactional:
             return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset,
-                                       transaction_id=transaction_id(ext.get("msgId") or "", offset))
+                                       transaction_id=tx_id)
         recall = f"{ext.get('msgId') or ''} {sp.message_id}" if timed else ""
-        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset, recall_handle=recall)
+        return spb.SendResultEntry(status=status(pb.OK), message_id=sp.message_id, offset=offset, recall_handle=recall,
+                                   transaction_id=tx_id)
 
     @staticmethod
     def _invalid(message: pb.Message) -> tuple[int, str] | None:

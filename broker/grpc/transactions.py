@@ -2,9 +2,10 @@
 
 * A SendMessage with message_type TRANSACTION is the remoting half send: properties TRAN_MSG=true and PGROUP (the
   topic: gRPC producers have no group, the reference registers them under each topic they publish), through the same
-  SEND_MESSAGE_V2 handler, so the message waits in the half queue. The answer's transaction_id names the half record:
-  its offset message id (store host + commit-log offset) followed by 16 hex digits of its half-queue offset — what
-  END_TRANSACTION needs, so it stays valid across a broker restart and needs no table in memory.
+  SEND_MESSAGE_V2 handler, so the message waits in the half queue. The answer's transaction_id is the message id,
+  as the reference's (the half message carries it as __transactionId__); the broker's HalfIds
+  (broker/transaction/half_ids.py) leads from it to the half record END_TRANSACTION needs. Ids of the older form
+  (offset message id + 16 hex digits of the half-queue offset) are still understood.
 * EndTransaction looks the half record up, checks that it is the message and topic the client names, and hands the
   decision to the broker's END_TRANSACTION handler (producer group = the topic), exactly as a remoting producer's.
 * Transaction checks: TelemetryStreams keeps every open Telemetry stream and the topics its producer publishes;
@@ -52,6 +53,11 @@ def parse_transaction_id(text: str) -> tuple[int, int]:
         raise ValueError("not an offset message id followed by 16 hex digits")
     _, _, commit_log_offset = decode_offset_msg_id(offset_msg_id)
     return commit_log_offset, int(queue_hex, 16)
+
+
+def check_transaction_id(copy: MessageRecord) -> str:
+    """The transaction id a check names: the message id (UNIQ_KEY), as the reference asks producers with."""
+    return copy.properties.get("UNIQ_KEY") or transaction_id(copy.offset_msg_id, copy.queue_offset)
 
 
 def half_send_properties(props: dict[str, str], message: pb.Message) -> None:
@@ -180,7 +186,7 @@ class GrpcTransactions:
         if stream is None:
             return False
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
-            message=half_record_message(copy), transaction_id=transaction_id(copy.offset_msg_id, copy.queue_offset)))
+            message=half_record_message(copy), transaction_id=check_transaction_id(copy)))
         if not stream.push(command):
             log.warning("transaction check of %s: the telemetry stream of %s is not read; not sent",
                         copy.properties.get("UNIQ_KEY"), stream.client_id)
@@ -189,17 +195,22 @@ class GrpcTransactions:
                  stream.client_id, group)
         return True
 
+    def _half_of(self, tx_id: str) -> tuple[int, int]:
+        """(commit-log offset, half-queue offset) of the half record a transaction id names; ValueError if none."""
+        found = self.broker.transaction_service.half_ids.find(tx_id)
+        return found if found is not None else parse_transaction_id(tx_id)
+
     async def end_transaction(self, request: spb.EndTransactionRequest, peer: str) -> pb.Status:
         topic = request.topic.name
         if not request.transaction_id:
             return status(pb.INVALID_TRANSACTION_ID, "the transaction id is empty")
         if not request.message_id:
             return status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
-        try:
-            commit_log_offset, queue_offset = parse_transaction_id(request.transaction_id)
+        try:  # the message id (as the reference), found in the broker's HalfIds; or an id of the older form
+            commit_log_offset, queue_offset = self._half_of(request.transaction_id)
         except ValueError as exc:
             return status(pb.INVALID_TRANSACTION_ID,
-                           f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
+                           f"transaction id {request.transaction_id!r} names no open transaction ({exc})")
         if request.resolution == pb.COMMIT:
             decision = COMMIT
         elif request.resolution == pb.ROLLBACK:

@@ -39,6 +39,7 @@ from protocol.properties import (
 from broker.processors.base import BrokerProcessor
 from broker.processors.send_limits import SendLimits
 from broker.transaction.half import is_half_send, to_half
+from broker.managers.topic_message_type import remoting_type_problem
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -312,6 +313,9 @@ class SendProcessor(BrokerProcessor):
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                                f"the message body size {len(body)} exceeds the maximum {self._max_body}")
         props = decode_properties(props_text)
+        refusal = remoting_type_problem(self.config.enable_topic_message_type_check, topic_config, props)
+        if refusal is not None:  # a typed topic refuses other message types (the reference proxy's check)
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
         queue_id = self._pick_queue(header, topic_config)
         reconsume_times = header.reconsume_times or 0
         rebuild = False
@@ -511,7 +515,11 @@ class SendProcessor(BrokerProcessor):
         refusal = self._limits.properties_refusal(header.properties, "the batch")
         if refusal is not None:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
-        batch_uniq = decode_properties(header.properties).get(PROP_UNIQ_KEY) if header.properties else None
+        batch_props = decode_properties(header.properties) if header.properties else {}
+        refusal = remoting_type_problem(self.config.enable_topic_message_type_check, topic_config, batch_props)
+        if refusal is not None:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, refusal)
+        batch_uniq = batch_props.get(PROP_UNIQ_KEY)
         return self._put_batch(cmd, messages, queue_id, batch_uniq)
 
     def _batch_messages(self, batch_body: bytes, template: MessageToStore) -> list[MessageToStore]:
