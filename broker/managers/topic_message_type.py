@@ -8,7 +8,8 @@ A topic without ``message.type`` is a NORMAL topic, as the reference treats the 
 With enableTopicMessageTypeCheck (default true, as in 5.1+) a send whose message type (derived from its properties,
 :func:`message_type_of`) is not its topic's is refused with the reference's text (:func:`message_type_problem`).
 This module is sans-I/O: the protocol layers turn the remark into their status (remoting MESSAGE_ILLEGAL, gRPC
-MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). The remoting port checks only topics whose type was set explicitly
+(:func:`remoting_type_problem`): the reference broker's own port checks nothing, so 4.x producers keep working.
 """
 
 from __future__ import annotations
