@@ -22,6 +22,8 @@ from broker.processors.inprocess import AdminCallError, call_handler
 from broker.managers.consumer_manager import group_topics
 from broker.managers.subscription_group import SYSTEM_GROUPS
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from broker.managers.topic_message_type import (AttributeError_, attributes_after, console_attributes,
+                                                 topic_message_type)
 from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import decode_offset_msg_id
@@ -219,7 +221,7 @@ class ConsoleViews:
                 continue
             out.append({"topic": name, "kind": topic_kind(name, self.own_topics),
                         "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
-                        "perm": config.perm,
+                        "perm": config.perm, "messageType": topic_message_type(config),
                         "messages": self.stored_count(name), "inPerSecond": round(rates.get(name, 0.0), 2)})
         return out
 
@@ -239,7 +241,8 @@ class ConsoleViews:
         groups = sorted(g for g in self._groups_of_topic(topic) if viewer.may_see_group(g))
         return {"topic": topic, "kind": topic_kind(topic, self.own_topics),
                 "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
-                "perm": config.perm, "order": config.order,
+                "perm": config.perm, "order": config.order, "messageType": topic_message_type(config),
+                "attributes": dict(config.attributes or {}),
                 "topicFilterType": config.topic_filter_type, "queues": queues, "consumerGroups": groups,
                 "route": [{"brokerName": facts.name, "addr": facts.addr,
                            "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
@@ -267,6 +270,15 @@ class ConsoleViews:
                 raise ConsoleError(400, f"{key} must be a whole number, got {values[key]!r}") from None
         if fields.get("order") is not None:
             values["order"] = "true" if fields.get("order") in (True, "true", "on", "1") else "false"
+        # messageType -> "+message.type=FIFO" when it changes the topic's type (or the raw "attributes" text)
+        current = self.topics.get(topic)
+        attributes = console_attributes(fields, current)
+        if attributes:
+            try:  # a wrong name or value is the user's mistake (the broker would answer SYSTEM_ERROR, as the reference)
+                attributes_after(current, attributes, allow_mixed=True)
+            except AttributeError_ as exc:
+                raise ConsoleError(400, f"attributes {attributes!r}: {exc}") from None
+            values["attributes"] = attributes
         await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, values, caller=caller)
 
     async def delete_topic(self, topic: str, caller: str) -> None:

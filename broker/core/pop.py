@@ -21,7 +21,7 @@ from broker.core.consume import GroupNames, consumer_needs
 from broker.core.outcome import Outcome
 from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.derived_names import pop_names_problem
-from broker.managers.topic_config import validate_topic
+from broker.managers.topic_config import no_route_remark, validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
 from broker.pop.service import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_NOT_FOUND, MAX_BATCH,
                                 Delivery, PopError, PopRequest, PopService)
@@ -138,7 +138,7 @@ class PopCore:
         if problem is not None:
             return Outcome.refused(ResponseCode.INVALID_PARAMETER, problem, "topic")
         if self.topics.get(topic) is None:
-            return Outcome.refused(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist", "topic")
+            return Outcome.refused(ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic), "topic")
         group_config = self.groups.find_or_create(group)
         if group_config is None:
             return Outcome.refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"consumer group {group} does not exist",

@@ -35,6 +35,7 @@ from broker.core.outcome import Outcome, Requester
 from broker.core.replication import ReplicationWaiter
 from broker.core.send_limits import SendLimits
 from broker.descriptors import DescriptorsShortError
+from broker.managers.topic_message_type import remoting_type_problem, send_type_problem
 from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,
                                           validate_group, validate_topic)
 from broker.schedule.delay import to_schedule_topic
@@ -64,6 +65,7 @@ REASON_BODY_TOO_LARGE = "body_too_large"
 REASON_PROPERTIES_TOO_LARGE = "properties_too_large"
 REASON_DELIVERY_TIME = "delivery_time"
 REASON_ILLEGAL_TOPIC = "illegal_topic"
+REASON_MESSAGE_TYPE = "message_type"  # the topic accepts another message type (gRPC: its own code)
 
 _PUT_STATUS_CODES: dict[PutStatus, int] = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -209,6 +211,7 @@ class SendService:
         self.cluster_name = config.broker_cluster_name
         self._cluster_suffix = f"{PROP_CLUSTER}\x01{config.broker_cluster_name}\x02"
         self.max_body = config.max_message_size
+        self.type_check = bool(config.enable_topic_message_type_check)  # topics refuse other message types
         self.limits = SendLimits(config)  # issue 27: auto-created topics per client, properties per message
         self.uniq = UniqKeyGenerator(config.broker_ip1 or "127.0.0.1")
         self.random = random.Random()
@@ -333,6 +336,16 @@ class SendService:
             picked = picks[topic] = self.random.randrange(99_999_999) % queues
         return picked
 
+    @staticmethod
+    def type_problem(request: SendRequest, topic_config: TopicConfig, props: dict[str, str]) -> Outcome | None:
+        """The topic's message type against the message's (enableTopicMessageTypeCheck). gRPC checks every known
+        topic (an untyped one is NORMAL), as the reference's proxy; remoting checks only topics given a type, since
+        the reference's own port checks none and 4.x producers send delay and transactional messages to plain
+        topics."""
+        check = send_type_problem if request.requester.protocol == "grpc" else remoting_type_problem
+        problem = check(True, topic_config, props)
+        return None if problem is None else Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, problem, REASON_MESSAGE_TYPE)
+
     # ---- one message ---------------------------------------------------------------------------------------------
     def _single(self, request: SendRequest, message: Message, deferred: list | None,
                 picks: dict[str, int] | None) -> Any:
@@ -360,6 +373,10 @@ class SendService:
                                    REASON_BODY_TOO_LARGE)
         if props is None:
             props = decode_properties(props_text)
+        if self.type_check:
+            refusal = self.type_problem(request, topic_config, props)
+            if refusal is not None:
+                return refusal
         queue_id = request.queue_id
         if queue_id < 0:
             queue_id = self.pick_queue(queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)

@@ -68,8 +68,12 @@ class BatchSender:
         refusal_text = service.limits.properties_refusal(batch_props, "the batch")
         if refusal_text is not None:
             return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal_text, REASON_PROPERTIES_TOO_LARGE)
-        batch_uniq = decode_properties(batch_props).get(PROP_UNIQ_KEY) if batch_props else None
-        return self._put(messages, queue_id, batch_uniq)
+        decoded = decode_properties(batch_props) if batch_props else {}
+        if service.type_check:
+            refusal = service.type_problem(request, topic_config, decoded)
+            if refusal is not None:
+                return refusal
+        return self._put(messages, queue_id, decoded.get(PROP_UNIQ_KEY))
 
     def _store_messages(self, batch: list[Message], topic: str, queue_id: int,
                         multi_tags: int) -> list[MessageToStore]:

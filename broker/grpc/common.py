@@ -8,11 +8,25 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from protocol.grpc import definition_pb2 as pb
 from protocol.message import MessageRecord
-from protocol.properties import SYSTEM_PROPERTY_NAMES as PROTOCOL_SYSTEM_PROPERTY_NAMES
+from broker.managers import topic_message_type as types
+from broker.managers.topic_config import no_route_remark  # noqa: F401  (the gRPC front end's import)
+from protocol.properties import MESSAGE_CONST_SYSTEM_SET
 
 # Stored properties that are not the application's: never accepted from a 5.x producer as user properties, never
-# shown to a 5.x consumer as such (the reference client's reserved names, and the POP retry bookkeeping).
-SYSTEM_PROPERTY_NAMES = PROTOCOL_SYSTEM_PROPERTY_NAMES | {"POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET"}
+# shown to a 5.x consumer as such. Exactly the reference's system set (MessageConst.STRING_HASH_SET), so SDKs see
+# __SHARDINGKEY, __transactionId__, __STARTDELIVERTIME... where they look for them; plus this broker's own POP retry
+# bookkeeping, which the reference has no property for.
+SYSTEM_PROPERTY_NAMES = MESSAGE_CONST_SYSTEM_SET | {"POP_ORIGIN_QUEUE_ID", "POP_ORIGIN_QUEUE_OFFSET"}
+
+_PB_TYPES = {types.NORMAL: pb.NORMAL, types.FIFO: pb.FIFO, types.DELAY: pb.DELAY, types.TRANSACTION: pb.TRANSACTION,
+             types.UNSPECIFIED: pb.MESSAGE_TYPE_UNSPECIFIED}
+
+
+def accept_message_types(topic_config: object) -> list[int]:
+    """What a route advertises per queue of the topic: its message type (NORMAL when it has none; MIXED: all four)."""
+    return [_PB_TYPES[name] for name in types.accepted_types(topic_config)]
+
+
 
 
 def status(code: int, message: str = "") -> pb.Status:
@@ -32,13 +46,7 @@ def duration(ms: int) -> duration_pb2.Duration:
 
 
 def message_type_of(props: dict[str, str]) -> int:
-    if props.get("TRAN_MSG") == "true":
-        return pb.TRANSACTION
-    if props.get("DELAY") or props.get("TIMER_DELIVER_MS") or props.get("TIMER_DELAY_SEC"):
-        return pb.DELAY
-    if props.get("__SHARDINGKEY"):
-        return pb.FIFO
-    return pb.NORMAL
+    return _PB_TYPES[types.message_type_of(props)]
 
 
 def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offset: int, attempt: int) -> pb.Message:

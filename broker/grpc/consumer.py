@@ -173,7 +173,6 @@ class ConsumerRpcs:
     # ---- ReceiveMessage ------------------------------------------------------------------------------------
     async def receive(self, request: spb.ReceiveMessageRequest,
                       context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        started_ms = int(time.time() * 1000)
         client_id = self.client_id_of(context)
         typed = receive_request(request, client_id, self.settings_of(client_id),
                                 context.time_remaining() if context is not None else None)
@@ -190,7 +189,8 @@ class ConsumerRpcs:
             yield spb.ReceiveMessageResponse(status=_OK_STATUS)
             for delivery in outcome.value:
                 yield message_frame(delivery)
-        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(started_ms))
+        # the closing frame: the server's clock when the answer is complete, as the reference stamps it
+        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
 
     # ---- AckMessage ----------------------------------------------------------------------------------------
     async def ack(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from broker.acl.authorizer import Needs
 from broker.core.outcome import Outcome, Requester
 from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASON_ILLEGAL_TOPIC,
-                              REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
+                              REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, duration, status
+from broker.grpc.common import SYSTEM_PROPERTY_NAMES, accept_message_types, duration, no_route_remark, status
 from broker.grpc.consumer import ConsumerRpcs
-from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties, transaction_id
+from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
 from broker.managers.derived_names import consumer_group_problem
@@ -185,18 +185,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=status(pb.ILLEGAL_TOPIC, problem))
         config = self.broker.topic_config_manager.get(topic)
         if config is None:
-            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, no_route_remark(topic)))
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
         broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
         queues = []
         read, write = config.read_queue_nums, config.write_queue_nums
+        accepted = accept_message_types(config)  # the topic's message type (attribute message.type)
         for queue_id in range(max(read, write)):
             readable = config.perm & PERM_READ and queue_id < read
             writable = config.perm & PERM_WRITE and queue_id < write
             permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
                           else pb.WRITE if writable else pb.NONE)
             queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
-                                          accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]))
+                                          accept_message_types=accepted))
         return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     def _own_endpoints(self) -> pb.Endpoints:
@@ -247,7 +248,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         merged.metric.on = False
         if settings.WhichOneof("pub_sub") == "publishing":
             merged.publishing.max_body_size = self.broker.config.max_message_size  # the core's limit
-            merged.publishing.validate_message_type = True
+            merged.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
             merged.backoff_policy.max_attempts = 3
             backoff = merged.backoff_policy.exponential_backoff
             backoff.initial.CopyFrom(duration(10))
@@ -336,8 +337,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @staticmethod
     async def _entry(message: pb.Message, result: Any) -> spb.SendResultEntry:
-        """One message's Outcome as its entry: the offset, a transaction id for a half message (the half record's
-        offset msgId + half-queue offset, for EndTransaction), a recall handle for a timed one."""
+        """One message's Outcome as its entry: the offset, the transaction id (the message id, as the reference's;
+        EndTransaction finds a half record by it through the broker's HalfIds), a recall handle for a timed one."""
         if isinstance(result, BaseException):
             raise result
         outcome = result if type(result) is Outcome else await result
@@ -348,10 +349,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         code = pb.OK if outcome.ok else _send_code(outcome)
         if sp.message_type == pb.TRANSACTION:
             return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
-                                       transaction_id=transaction_id(value.msg_ids[0], value.queue_offset))
+                                       transaction_id=sp.message_id)
         recall = f"{value.msg_ids[0]} {sp.message_id}" if value.timed else ""
         return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
-                                   recall_handle=recall)
+                                   recall_handle=recall, transaction_id=sp.message_id)
 
     @staticmethod
     def _invalid(message: pb.Message) -> tuple[int, str] | None:
@@ -447,7 +448,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
 _REASON_CODES = {REASON_BODY_TOO_LARGE: pb.MESSAGE_BODY_TOO_LARGE, REASON_PROPERTIES_TOO_LARGE:
                  pb.MESSAGE_PROPERTIES_TOO_LARGE, REASON_DELIVERY_TIME: pb.ILLEGAL_DELIVERY_TIME,
-                 REASON_ILLEGAL_TOPIC: pb.ILLEGAL_TOPIC}
+                 REASON_ILLEGAL_TOPIC: pb.ILLEGAL_TOPIC, REASON_MESSAGE_TYPE: pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE}
 
 
 def _send_code(outcome: Outcome) -> int:

@@ -2,9 +2,10 @@
 
 * A SendMessage with message_type TRANSACTION is the remoting half send: properties TRAN_MSG=true and PGROUP (the
   topic: gRPC producers have no group, the reference registers them under each topic they publish), sent by the
-  messaging core as a remoting one is (broker/core/send.py), so the message waits in the half queue. The answer's transaction_id names the half record:
-  its offset message id (store host + commit-log offset) followed by 16 hex digits of its half-queue offset — what
-  END_TRANSACTION needs, so it stays valid across a broker restart and needs no table in memory.
+  messaging core as a remoting one is (broker/core/send.py), so the message waits in the half queue. The answer's
+  transaction_id is the message id, as the reference's (the half message carries it as __transactionId__); the
+  broker's HalfIds (broker/transaction/half_ids.py) leads from it to the half record END_TRANSACTION needs. Ids of the
+  older form (offset message id + 16 hex digits of the half-queue offset) are still understood.
 * EndTransaction becomes the core's typed EndTransactionRequest (broker/core/transaction.py; producer group = the
   topic), which checks that the half record is the message and topic the client names and decides exactly as for a
   remoting producer.
@@ -51,6 +52,11 @@ def parse_transaction_id(text: str) -> tuple[int, int]:
         raise ValueError("not an offset message id followed by 16 hex digits")
     _, _, commit_log_offset = decode_offset_msg_id(offset_msg_id)
     return commit_log_offset, int(queue_hex, 16)
+
+
+def check_transaction_id(copy: MessageRecord) -> str:
+    """The transaction id a check names: the message id (UNIQ_KEY), as the reference asks producers with."""
+    return copy.properties.get("UNIQ_KEY") or transaction_id(copy.offset_msg_id, copy.queue_offset)
 
 
 def half_send_properties(props: dict[str, str], message: pb.Message) -> None:
@@ -180,7 +186,7 @@ class GrpcTransactions:
         if stream is None:
             return False
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
-            message=half_record_message(copy), transaction_id=transaction_id(copy.offset_msg_id, copy.queue_offset)))
+            message=half_record_message(copy), transaction_id=check_transaction_id(copy)))
         if not stream.push(command):
             log.warning("transaction check of %s: the telemetry stream of %s is not read; not sent",
                         copy.properties.get("UNIQ_KEY"), stream.client_id)
@@ -189,9 +195,13 @@ class GrpcTransactions:
                  stream.client_id, group)
         return True
 
-    @staticmethod
-    def typed(request: spb.EndTransactionRequest, requester: Requester) -> tuple[EndTransactionRequest,
-                                                                                  pb.Status | None]:
+    def _half_of(self, tx_id: str) -> tuple[int, int]:
+        """(commit-log offset, half-queue offset) of the half record a transaction id names; ValueError if none."""
+        found = self.ender.transactions.half_ids.find(tx_id)
+        return found if found is not None else parse_transaction_id(tx_id)
+
+    def typed(self, request: spb.EndTransactionRequest, requester: Requester) -> tuple[EndTransactionRequest,
+                                                                                       pb.Status | None]:
         """The core's request (its producer group is the topic, as gRPC producers' half messages name it; the half
         record must be of this topic and message), and the status refusing what cannot be decoded (None: none)."""
         topic = request.topic.name
@@ -203,10 +213,10 @@ class GrpcTransactions:
         if not request.message_id:
             return typed, status(pb.ILLEGAL_MESSAGE_ID, "the message id is empty")
         try:
-            typed.commit_log_offset, typed.tran_state_table_offset = parse_transaction_id(request.transaction_id)
+            typed.commit_log_offset, typed.tran_state_table_offset = self._half_of(request.transaction_id)
         except ValueError as exc:
             return typed, status(pb.INVALID_TRANSACTION_ID,
-                                 f"transaction id {request.transaction_id!r} was not issued by this broker ({exc})")
+                                 f"transaction id {request.transaction_id!r} names no open transaction ({exc})")
         return typed, None
 
     async def end_transaction(self, typed: EndTransactionRequest) -> pb.Status:

@@ -68,6 +68,11 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
+def no_route_remark(topic: str) -> str:
+    """The reference's text for a topic it has no route for (its proxy's TOPIC_NOT_FOUND remark): SDK users grep it."""
+    return f"No topic route info in name server for the topic: {topic}"
+
+
 def validate_topic(topic: str | None) -> str | None:
     """None when ``topic`` is a legal name, else the reason (used as the response remark). The rule lives in
     protocol/names.py, where the store checks records read back from the log by it too."""

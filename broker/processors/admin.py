@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.managers.topic_config import PERM_INHERIT, PERM_READ, PERM_WRITE, validate_topic
+from broker.managers.topic_message_type import AttributeError_, attributes_after
 from protocol.admin_bodies import (
     ConsumeStats,
     Connection,
@@ -128,10 +129,13 @@ class AdminProcessor(GroupChecks):
             return cmd.make_response(ResponseCode.INVALID_PARAMETER, f"perm must be within 0..15, got {header.perm}")
         filter_type = (header.topic_filter_type or "SINGLE_TAG").upper()
         old = self.topics.get(topic)
+        try:  # the attribute changes ("+message.type=FIFO"), applied to the topic's current attributes
+            attributes = attributes_after(old, header.attributes, allow_mixed=self.config.enable_mixed_message_type)
+        except AttributeError_ as exc:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
         new = TopicConfig(topic, header.read_queue_nums, header.write_queue_nums, header.perm,
                           filter_type if filter_type in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG",
-                          header.topic_sys_flag or 0, bool(header.order),
-                          old.attributes if old is not None else None)
+                          header.topic_sys_flag or 0, bool(header.order), attributes)
         self.topics.update_topic(new)
         log.info("topic %s %s by %s: read=%d write=%d perm=%d", topic, "updated" if old else "created",
                  getattr(channel, "remote_addr", "?"), new.read_queue_nums, new.write_queue_nums, new.perm)

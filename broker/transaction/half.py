@@ -22,6 +22,7 @@ from protocol.message import (
 )
 from protocol.properties import encode_properties
 from broker.store.types import MessageToStore, message_from_record
+from broker.transaction.half_ids import PROP_TRANSACTION_ID
 
 __all__ = [
     "HALF_TOPIC", "OP_TOPIC", "CHECK_MAX_TOPIC", "SYSTEM_GROUP", "TRANSACTION_TOPICS", "is_half_send", "to_half",
@@ -61,13 +62,20 @@ def to_half(message: MessageToStore, props: dict[str, str]) -> str | None:
     cleared (so it is dispatched to the half queue like any message); a DELAY is ignored (pitfall 2). Returns the
     properties text without REAL_* (what the committed message will carry) when it could be kept as it was."""
     real = f"{PROP_REAL_TOPIC}\x01{message.topic}\x02{PROP_REAL_QID}\x01{message.queue_id}\x02"
+    # __transactionId__ = the message id, as the reference writes it into every half message (committed copies and
+    # their consumers see it; it is the transaction id producers are answered and asked with)
+    uniq = props.get("UNIQ_KEY")
+    given_id = props.get(PROP_TRANSACTION_ID)
+    add_id = f"{PROP_TRANSACTION_ID}\x01{uniq}\x02" if uniq and given_id is None else ""
+    if uniq:
+        props[PROP_TRANSACTION_ID] = uniq
     props[PROP_REAL_TOPIC] = message.topic
     props[PROP_REAL_QID] = str(message.queue_id)
-    if props.pop(PROP_DELAY, None) is not None:
+    if props.pop(PROP_DELAY, None) is not None or (given_id is not None and given_id != uniq):
         message.properties = encode_properties(props)
     else:  # the common case: append to the text as sent rather than encode it again
         text = message.properties_text()
-        message.properties = (text if not text or text.endswith("\x02") else text + "\x02") + real
+        message.properties = (text if not text or text.endswith("\x02") else text + "\x02") + add_id + real
     message.properties_bytes = None
     message.topic = HALF_TOPIC
     message.queue_id = 0

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.background import BackgroundService
+from broker.transaction.half_ids import HalfIds
 from broker.store.types import MessageToStore, PutResult
 from broker.transaction.half import (
     CHECK_MAX_TOPIC,
@@ -114,6 +115,8 @@ class TransactionService(BackgroundService):
         self._op_offsets: list[int] = []
         self._op_written: asyncio.Future | None = None
         self.counters = {"commits": 0, "rollbacks": 0, "checks": 0, "discards": 0}
+        # transaction id (UNIQ_KEY) -> its latest half record, for gRPC EndTransactions (half_ids.py)
+        self.half_ids = HalfIds()
         self._wake = asyncio.Event()
 
     # ------------------------------------------------------------------ start-up
@@ -127,6 +130,20 @@ class TransactionService(BackgroundService):
                 break
             for record in records:
                 self.settled.update(parse_op_body(record.body))
+        self._note_open_halves()
+
+    def _note_open_halves(self) -> None:
+        """The open half records past the check progress into half_ids (the ids producers hold across a restart);
+        at most as many as it keeps."""
+        offset = self.progress()
+        end = self.store.get_max_offset(HALF_TOPIC, 0)
+        walked = 0
+        while offset < end and walked < self.half_ids.limit:
+            records, offset = self._read(HALF_TOPIC, offset, 256)
+            for record in records:
+                walked += 1
+                if not self.is_settled(record):
+                    self.half_ids.note(record.properties.get("UNIQ_KEY"), record.physical_offset, record.queue_offset)
 
     # ------------------------------------------------------------------ reading
     def _read(self, topic: str, offset: int, max_nums: int) -> tuple[list[MessageRecord], int]:
@@ -146,6 +163,7 @@ class TransactionService(BackgroundService):
     def remember_half(self, phys_offset: int, queue_offset: int, message: MessageToStore, props: dict[str, str],
                       committed_text: str | None) -> None:
         """The send path stored a half message: keep it at hand for its END_TRANSACTION."""
+        self.half_ids.note(props.get("UNIQ_KEY"), phys_offset, queue_offset)
         size = len(message.body)
         if size > _RECENT_MAX_BODY:
             return
@@ -204,6 +222,7 @@ class TransactionService(BackgroundService):
                 return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.status.name}"
         self.settled |= keys
         self._forget(commit_log_offset)
+        self.half_ids.forget(uniq)
         self.counters["commits" if decision == COMMIT else "rollbacks"] += 1
         written = self._queue_op(sorted(keys, reverse=True))
         if not wait:
@@ -317,6 +336,7 @@ class TransactionService(BackgroundService):
         copy = await self._append(check_copy(record, times + 1))
         if copy is None:
             return "stop"
+        self.half_ids.note(copy.properties.get("UNIQ_KEY"), copy.physical_offset, copy.queue_offset)
         self.counters["checks"] += 1
         self._send_check(copy)
         return "checked"

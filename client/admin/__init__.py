@@ -187,11 +187,14 @@ class AdminClient:
         return dict(sorted(out.items()))
 
     # ---- broker: topics -------------------------------------------------------------------------
-    async def create_topic(self, addr: str, config: TopicConfig) -> None:
+    async def create_topic(self, addr: str, config: TopicConfig, attributes: str | None = None) -> None:
+        """UPDATE_AND_CREATE_TOPIC; ``attributes`` is the change list, e.g. ``+message.type=FIFO``."""
         ext = {"topic": config.topic_name, "defaultTopic": "TBW102", "readQueueNums": config.read_queue_nums,
                "writeQueueNums": config.write_queue_nums, "perm": config.perm,
                "topicFilterType": config.topic_filter_type, "topicSysFlag": config.topic_sys_flag,
                "order": config.order}
+        if attributes:
+            ext["attributes"] = attributes
         self.check(await self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext),
                    f"create topic {config.topic_name} on {addr}")
 

@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--writeQueueNums", dest="write_queues", type=_positive, default=8)
     p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 read+write (default 6)")
     p.add_argument("-o", "--order", type=_bool_arg, default=False, help="ordered topic (true/false)")
+    p.add_argument("-a", "--attributes", help="attribute changes, e.g. +message.type=FIFO (NORMAL, FIFO, DELAY, "
+                                              "TRANSACTION); -name removes one")
     _target_options(p)
 
     p = add("deleteTopic", commands.delete_topic, "Delete a topic from its brokers and the name server")

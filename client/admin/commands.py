@@ -42,16 +42,42 @@ async def update_topic(admin: AdminClient, args: argparse.Namespace) -> int:
     config = TopicConfig(args.topic, args.read_queues, args.write_queues, args.perm, order=args.order)
     done = []
     for addr in (await _targets(admin, args)).values():
-        await admin.create_topic(addr, config)
+        await admin.create_topic(addr, config, args.attributes)
         done.append(addr)
         if not args.json:
             print(f"create topic to {addr} success.")
     if args.json:
-        _out(args, {"brokers": done, "topicConfig": config.to_json()})
+        _out(args, {"brokers": done, "topicConfig": config.to_json(), "attributes": args.attributes or ""})
     else:
         print(f"TopicConfig [topicName={config.topic_name}, readQueueNums={config.read_queue_nums}, "
-              f"writeQueueNums={config.write_queue_nums}, perm={config.perm}, order={str(config.order).lower()}]")
+              f"writeQueueNums={config.write_queue_nums}, perm={config.perm}, order={str(config.order).lower()}, "
+              f"attributes={args.attributes or ''}]")
     return 0
+
+
+def _message_type(config: TopicConfig | None) -> str:
+    """A topic's 5.x message type (its attribute message.type; none = NORMAL), "?" when the broker lacks it."""
+    if config is None:
+        return "?"
+    return (config.attributes or {}).get("message.type") or "NORMAL"
+
+
+async def _message_types(admin: AdminClient, topic: str, brokers: dict[str, str]) -> dict[str, str]:
+    """broker name -> the topic's message type there (from its topic configs; "?" when it cannot be read)."""
+    out = {}
+    for name, addr in brokers.items():
+        try:
+            out[name] = _message_type((await admin.topic_configs(addr)).get(topic))
+        except AdminError:
+            out[name] = "?"
+    return out
+
+
+def _types_line(types: dict[str, str]) -> str:
+    kinds = set(types.values())
+    if len(kinds) == 1:
+        return f"Message type: {kinds.pop()}"
+    return "Message type: " + ", ".join(f"{name} {kind}" for name, kind in sorted(types.items()))
 
 
 async def delete_topic(admin: AdminClient, args: argparse.Namespace) -> int:
@@ -85,27 +111,38 @@ async def topic_list(admin: AdminClient, args: argparse.Namespace) -> int:
 
 async def topic_route(admin: AdminClient, args: argparse.Namespace) -> int:
     route = await admin.topic_route(args.topic)
+    masters = {b.broker_name: b.master_addr() for b in route.broker_datas if b.master_addr()}
+    types = await _message_types(admin, args.topic, masters)
     if args.json:
-        _out(args, route.to_json())
+        out = route.to_json()
+        for queue_data in out.get("queueDatas") or []:
+            queue_data["messageType"] = types.get(queue_data.get("brokerName"), "?")
+        _out(args, out)
         return 0
     table(["#Broker Name", "#Cluster", "#BID", "#Addr"],
           [(b.broker_name, b.cluster, bid, addr) for b in route.broker_datas for bid, addr in sorted(b.broker_addrs.items())])
     print()
-    table(["#Broker Name", "#Read Queues", "#Write Queues", "#Perm"],
-          [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas])
+    table(["#Broker Name", "#Read Queues", "#Write Queues", "#Perm", "#Message Type"],
+          [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, types.get(q.broker_name, "?"))
+           for q in route.queue_datas])
     return 0
 
 
 async def topic_status(admin: AdminClient, args: argparse.Namespace) -> int:
     rows = []
-    for name, addr in (await admin.topic_brokers(args.topic)).items():
+    brokers = await admin.topic_brokers(args.topic)
+    types = await _message_types(admin, args.topic, brokers)
+    for name, addr in brokers.items():
         stats = await admin.topic_stats(addr, args.topic)
         for mq, offsets in sorted(stats.offset_table.items()):
             rows.append({"brokerName": mq.broker_name, "queueId": mq.queue_id, "minOffset": offsets.min_offset,
                          "maxOffset": offsets.max_offset, "lastUpdateTimestamp": offsets.last_update_timestamp})
     if args.json:
-        _out(args, {"topic": args.topic, "queues": rows})
+        kinds = set(types.values())
+        _out(args, {"topic": args.topic, "messageType": kinds.pop() if len(kinds) == 1 else types,
+                    "queues": rows})
         return 0
+    print(_types_line(types))
     table(["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"],
           [(r["brokerName"], r["queueId"], r["minOffset"], r["maxOffset"], format_time(r["lastUpdateTimestamp"]))
            for r in rows])

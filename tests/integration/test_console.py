@@ -139,6 +139,19 @@ async def test_api_changes_topics_resets_offsets_and_explains_bad_requests(conso
     assert (status, answer) == (200, {"ok": True, "topic": "ConsoleNew"})
     status, detail, _ = await asyncio.to_thread(http, base, "/api/topics/ConsoleNew")
     assert status == 200 and [q["queueId"] for q in detail["queues"]] == [0, 1]
+    assert detail["messageType"] == "NORMAL"  # no type given: NORMAL, as the reference treats such topics
+    # a 5.x message type on create/update (the attribute message.type); kept when the queues change
+    for fields in ({"messageType": "FIFO"}, {"readQueueNums": 3, "writeQueueNums": 3}):
+        status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", {
+            "topic": "ConsoleNew", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6, **fields})
+        assert status == 200, answer
+        status, detail, _ = await asyncio.to_thread(http, base, "/api/topics/ConsoleNew")
+        assert detail["messageType"] == "FIFO" and detail["attributes"] == {"message.type": "FIFO"}
+    status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", {"topic": "ConsoleNew", "readQueueNums": 2,
+                                                                           "writeQueueNums": 2, "messageType": "ODD"})
+    assert status == 400 and "value is not in set" in answer["error"]
+    status, listing, _ = await asyncio.to_thread(http, base, "/api/topics")
+    assert {t["topic"]: t["messageType"] for t in listing["topics"]}["ConsoleNew"] == "FIFO"
     # the broker's own checks answer, remark included
     status, answer, _ = await asyncio.to_thread(http, base, "/api/topics", {"topic": "bad topic!", "readQueueNums": 1,
                                                                            "writeQueueNums": 1, "perm": 6})

@@ -17,6 +17,8 @@ from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
 
+from broker.grpc.transactions import transaction_id
+from protocol.ids import offset_msg_id, pack_host
 from tests.support.wire import WireClient, create_topic, pull_records
 
 
@@ -136,19 +138,21 @@ class _Sdk:
 async def test_sdk_transaction_commit_is_visible_and_rollback_never(grpc_broker_factory):
     broker = grpc_broker_factory()
     topic = "GrpcTxOrders"
-    await create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic, message_type="TRANSACTION")
     sdk = await _Sdk.start(broker.grpc_port, topic, "resolve")
     result = await sdk.line("RESULT", 60)
     await sdk.finish()
     committed_id, committed_tx = result["commit"]
     rolled_back_id, rolled_back_tx = result["rollback"]
-    assert committed_tx and rolled_back_tx and committed_tx != rolled_back_tx
+    # the transaction id is the message id, as the reference's
+    assert (committed_tx, rolled_back_tx) == (committed_id, rolled_back_id)
     visible = await _visible(broker.addr, topic)
     assert set(visible) == {committed_id}  # the committed message exactly once, the rolled back one never
     record = visible[committed_id]
     assert record.body == b"commit me" and record.properties["TAGS"] == "TagT"
     assert record.properties["KEYS"] == "order-commit" and record.properties["region"] == "eu"
     assert record.properties["PGROUP"] == topic  # gRPC producers use the topic as producer group
+    assert record.properties["__transactionId__"] == committed_id  # written into the half message, kept on commit
     async with await WireClient.connect(broker.addr) as client:  # nothing left open
         resp = await client.request(RC.GET_PENDING_TRANSACTIONS, {})
         assert resp.code == R.SUCCESS, resp.remark
@@ -159,15 +163,18 @@ async def test_sdk_transaction_commit_is_visible_and_rollback_never(grpc_broker_
 async def test_an_unresolved_half_message_is_checked_over_telemetry_and_committed(grpc_broker_factory):
     broker = grpc_broker_factory(transactionCheckInterval=500, transactionTimeOut=1000)
     topic = "GrpcTxOrphans"
-    await create_topic(broker.addr, topic)
+    await create_topic(broker.addr, topic, message_type="TRANSACTION")
     sdk = await _Sdk.start(broker.grpc_port, topic, "orphan")
     try:
         message_id, _ = await sdk.line("SENT", 60)
         assert message_id not in await _visible(broker.addr, topic)  # a half message: invisible
         seen = await sdk.line("CHECKED", 30)
-        # the message in RecoverOrphanedTransactionCommand, as the SDK's checker got it
+        # the message in RecoverOrphanedTransactionCommand, as the SDK's checker got it: the application's
+        # properties and what the reference's system set does not hide (the transaction id, the check count)
         assert seen == {"topic": topic, "body": "orphan one", "message_id": message_id, "message_type": pb.TRANSACTION,
-                        "tag": "TagT", "keys": ["order-orphan"], "properties": {"region": "eu"}, "corrupted": False}
+                        "tag": "TagT", "keys": ["order-orphan"], "corrupted": False,
+                        "properties": {"region": "eu", "__transactionId__": message_id,
+                                       "TRANSACTION_CHECK_TIMES": "1"}}
         await _wait_visible(broker.addr, topic, message_id, 15)  # the checker's COMMIT (SOURCE_SERVER_CHECK)
     finally:
         await sdk.finish()
@@ -183,8 +190,8 @@ def _message(topic: str, message_id: str, message_type: int, body: bytes = b"hal
 async def test_end_transaction_statuses(grpc_broker_factory):
     broker = grpc_broker_factory()
     topic, other = "GrpcTxRaw", "GrpcTxOther"
-    await create_topic(broker.addr, topic)
-    await create_topic(broker.addr, other)
+    await create_topic(broker.addr, topic, message_type="TRANSACTION")
+    await create_topic(broker.addr, other, message_type="TRANSACTION")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
 
@@ -196,20 +203,21 @@ async def test_end_transaction_statuses(grpc_broker_factory):
 
         route = await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=METADATA,
                                       timeout=10)
-        assert {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION} <= set(route.message_queues[0].accept_message_types)
+        assert list(route.message_queues[0].accept_message_types) == [pb.TRANSACTION]
         sent = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, "TX-RAW-1", pb.TRANSACTION)]),
                                       metadata=METADATA, timeout=10)
         entry = sent.entries[0]
         assert sent.status.code == pb.OK and entry.status.code == pb.OK and entry.message_id == "TX-RAW-1"
         tx = entry.transaction_id
-        assert tx
+        assert tx == "TX-RAW-1"  # the message id, as the reference answers
         assert "TX-RAW-1" not in await _visible(broker.addr, topic)
 
         empty = await end("TX-RAW-1", "")
         assert empty.code == pb.INVALID_TRANSACTION_ID and "empty" in empty.message
         garbage = await end("TX-RAW-1", "not-a-transaction")
         assert garbage.code == pb.INVALID_TRANSACTION_ID and "not-a-transaction" in garbage.message
-        unknown_offset = tx[:16] + f"{10**12:016X}" + tx[32:]  # a well-formed id naming no half message
+        # an id of the older form (offset message id + half-queue offset) naming no half message
+        unknown_offset = transaction_id(offset_msg_id(pack_host("127.0.0.1", 10911), 10**12), 0)
         unknown = await end("TX-RAW-1", unknown_offset)
         assert unknown.code == pb.INVALID_TRANSACTION_ID and "no half message" in unknown.message
         wrong_message = await end("TX-RAW-2", tx)
@@ -223,6 +231,6 @@ async def test_end_transaction_statuses(grpc_broker_factory):
         committed = await end("TX-RAW-1", tx)
         assert committed.code == pb.OK, committed.message
         assert list(await _visible(broker.addr, topic)) == ["TX-RAW-1"]
-        again = await end("TX-RAW-1", tx, resolution=pb.ROLLBACK)
-        assert again.code == pb.INVALID_TRANSACTION_ID and "already" in again.message
+        again = await end("TX-RAW-1", tx, resolution=pb.ROLLBACK)  # decided: the id names nothing open now
+        assert again.code == pb.INVALID_TRANSACTION_ID and "no open transaction" in again.message
         assert list(await _visible(broker.addr, topic)) == ["TX-RAW-1"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -62,6 +64,39 @@ async def test_topic_commands(shared_broker):
     assert mqadmin(ns, "topicStatus", "-t", "NoSuchTopic").returncode == 4
     bad = mqadmin(ns, "updateTopic", "-t", "bad topic!")
     assert bad.returncode == 1 and "illegal characters" in bad.stderr
+
+
+async def test_topic_message_types(shared_broker):
+    """updateTopic -a +message.type=X sets a topic's 5.x type (persisted in topics.json's attributes map, as the
+    reference keeps it); topicRoute and topicStatus show it; a bad change gets the reference's text."""
+    ns = shared_broker.namesrv_addr
+    created = mqadmin(ns, "updateTopic", "-t", "AdminFifo", "-r", "1", "-w", "1", "-a", "+message.type=FIFO")
+    assert created.returncode == 0, created.stderr
+    route = ok_json(ns, "topicRoute", "-t", "AdminFifo")
+    assert route["queueDatas"][0]["messageType"] == "FIFO"
+    assert "#Message Type" in mqadmin(ns, "topicRoute", "-t", "AdminFifo").stdout
+    assert ok_json(ns, "topicStatus", "-t", "AdminFifo")["messageType"] == "FIFO"
+    assert "Message type: FIFO" in mqadmin(ns, "topicStatus", "-t", "AdminFifo").stdout
+    path = shared_broker.store_dir / "config" / "topics.json"  # rewritten coalesced (a few seconds later)
+    deadline = time.monotonic() + 15
+    stored = {}
+    while time.monotonic() < deadline:
+        stored = json.loads(path.read_text())["topicConfigTable"].get("AdminFifo", {}) if path.exists() else {}
+        if stored:
+            break
+        await asyncio.sleep(0.5)
+    assert stored.get("attributes") == {"message.type": "FIFO"}, stored
+    # updating the queues without -a keeps the type; -a changes it; an untyped topic reads as NORMAL
+    assert mqadmin(ns, "updateTopic", "-t", "AdminFifo", "-r", "2", "-w", "2").returncode == 0
+    assert ok_json(ns, "topicStatus", "-t", "AdminFifo")["messageType"] == "FIFO"
+    assert mqadmin(ns, "updateTopic", "-t", "AdminFifo", "-a", "+message.type=DELAY").returncode == 0
+    assert ok_json(ns, "topicStatus", "-t", "AdminFifo")["messageType"] == "DELAY"
+    assert mqadmin(ns, "updateTopic", "-t", "AdminPlain").returncode == 0
+    assert ok_json(ns, "topicStatus", "-t", "AdminPlain")["messageType"] == "NORMAL"
+    bad = mqadmin(ns, "updateTopic", "-t", "AdminFifo", "-a", "+message.type=SOMETIMES")
+    assert bad.returncode == 1 and "value is not in set" in bad.stderr
+    mixed = mqadmin(ns, "updateTopic", "-t", "AdminMixed", "-a", "+message.type=MIXED")
+    assert mixed.returncode == 1 and "MIXED message type is not supported." in mixed.stderr
 
 
 async def test_message_queries(shared_broker):

@@ -71,7 +71,7 @@ async def test_timed_messages_arrive_at_their_own_time_in_time_order(grpc_broker
 
 async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(grpc_broker_factory):
     broker = timer_broker(grpc_broker_factory)
-    await create_topic(broker.addr, TOPIC, queues=1)
+    await create_topic(broker.addr, TOPIC, queues=1, message_type="DELAY")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
 
@@ -175,7 +175,7 @@ finally:
 
 async def test_the_python_sdk_sends_recalls_and_receives_timed_messages(grpc_broker_factory):
     broker = timer_broker(grpc_broker_factory)
-    await create_topic(broker.addr, TOPIC, queues=2)
+    await create_topic(broker.addr, TOPIC, queues=2, message_type="DELAY")
     out = await asyncio.to_thread(run_sdk, SDK_TIMED, broker.grpc_port, TOPIC)
     assert out["recalled"] and out["recalled"] != out["kept"]
     [(message_id, body, seen_ms, delivery_ms)] = out["seen"]  # the recalled one never came

@@ -182,9 +182,12 @@ async def pull_records(client: WireClient, topic: str, queue_id: int, group: str
     raise AssertionError(f"draining {topic}:{queue_id} took more than {max_pulls} pulls")
 
 
-async def create_topic(addr: str, topic: str, queues: int = 2) -> None:
-    """UPDATE_AND_CREATE_TOPIC with `queues` read and write queues, perm 6."""
+async def create_topic(addr: str, topic: str, queues: int = 2, message_type: str | None = None) -> None:
+    """UPDATE_AND_CREATE_TOPIC with `queues` read and write queues, perm 6; `message_type` (FIFO, DELAY,
+    TRANSACTION, ...) sets the topic's 5.x type (attribute message.type)."""
+    fields = {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6"}
+    if message_type:
+        fields["attributes"] = f"+message.type={message_type}"
     async with await WireClient.connect(addr) as client:
-        resp = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues), "perm": "6"})
+        resp = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         assert resp.code == ResponseCode.SUCCESS, resp.remark

@@ -173,6 +173,12 @@ async function overviewPage() {
     ` … ${num(o.commitLogMaxOffset)} bytes · booted ${esc(when(o.bootTimestamp))}</p>`;
 }
 
+// a topic's 5.x message type (its attribute message.type): what its producers may send
+function typeSelect(current) {
+  return `<select name="messageType">${["NORMAL", "FIFO", "DELAY", "TRANSACTION"].map((v) =>
+    `<option value="${v}"${v === current ? " selected" : ""}>${v}</option>`).join("")}</select>`;
+}
+
 async function topicsPage(params) {
   const showAll = params.get("all") === "1";
   const data = await api("topics");
@@ -183,6 +189,7 @@ async function topicsPage(params) {
     <label>Write queues<input name="writeQueueNums" type="number" min="1" max="1024" value="4"></label>
     <label>Permission<select name="perm"><option value="6">read + write</option><option value="4">read only</option>
       <option value="2">write only</option></select></label>
+    <label>Message type${typeSelect("NORMAL")}</label>
     <button type="submit" id="topic-save">Save</button></form>`);
   return `<h1>Topics</h1><div class="toolbar"><a href="#/topics${showAll ? "" : "?all=1"}">` +
     `${showAll ? "Hide" : "Show"} retry, dead-letter and system topics</a>` +
@@ -191,6 +198,7 @@ async function topicsPage(params) {
       { label: "Topic", html: (t) => `<a href="#/topic/${enc(t.topic)}">${esc(t.topic)}</a>${kindBadge(t.kind)}` },
       { label: "Read / write queues", value: (t) => `${t.readQueueNums} / ${t.writeQueueNums}` },
       { label: "Perm", value: (t) => perm(t.perm) },
+      { label: "Message type", value: (t) => t.messageType },
       { label: "Messages", value: (t) => num(t.messages), num: true },
       { label: "In / s", value: (t) => num(t.inPerSecond), num: true },
     ], rows, "No topics yet.", "topics") + create;
@@ -204,7 +212,8 @@ function bindTopicForm() {
     const f = new FormData(form);
     try {
       await api("topics", { method: "POST", body: { topic: f.get("topic"), readQueueNums: Number(f.get("readQueueNums")),
-        writeQueueNums: Number(f.get("writeQueueNums")), perm: Number(f.get("perm")) } });
+        writeQueueNums: Number(f.get("writeQueueNums")), perm: Number(f.get("perm")),
+        messageType: f.get("messageType") } });
       flash(`Topic ${f.get("topic")} saved.`);
       const target = `#/topic/${enc(f.get("topic"))}`;
       if (location.hash === target) route(); else location.hash = target;
@@ -220,11 +229,12 @@ async function topicPage(name) {
     <label>Write queues<input name="writeQueueNums" type="number" min="1" max="1024" value="${t.writeQueueNums}"></label>
     <label>Permission<select name="perm">${[[6, "read + write"], [4, "read only"], [2, "write only"]].map(([v, l]) =>
       `<option value="${v}"${v === (t.perm & 6) ? " selected" : ""}>${l}</option>`).join("")}</select></label>
+    <label>Message type${typeSelect(t.messageType)}</label>
     <button type="submit">Save</button>
     <button type="button" class="danger" id="topic-delete">Delete topic</button></form>`);
   return `<h1>Topic ${esc(t.topic)}${kindBadge(t.kind)}</h1>` + cards([
     ["Read queues", t.readQueueNums], ["Write queues", t.writeQueueNums], ["Permission", perm(t.perm)],
-    ["Filter", t.topicFilterType], ["Ordered", t.order ? "yes" : "no"],
+    ["Filter", t.topicFilterType], ["Ordered", t.order ? "yes" : "no"], ["Message type", t.messageType],
     ["Messages", num(t.queues.reduce((a, q) => a + q.maxOffset - q.minOffset, 0)), "topic-messages"],
   ]) + `<h2>Route</h2>` + table([{ label: "Broker", key: "brokerName" }, { label: "Address", key: "addr" },
     { label: "Read queues", key: "readQueueNums", num: true }, { label: "Write queues", key: "writeQueueNums", num: true },
