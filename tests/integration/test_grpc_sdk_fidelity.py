@@ -45,6 +45,11 @@ def message(topic, body, group=None):
     return m
 producer = Producer(ClientConfiguration(f"127.0.0.1:{port}", Credentials()), (fifo, normal))
 producer.startup()
+if len(sys.argv) > 4:  # the server's Settings reach the SDK asynchronously: wait (bounded) for its validation flag
+    import time
+    wanted, deadline = sys.argv[4] == "true", time.monotonic() + 10
+    while producer._Producer__validate_message_type != wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
 try:
     for name, m in (("plain_to_fifo", message(fifo, "plain")), ("fifo_to_fifo", message(fifo, "grouped", "g1")),
                     ("fifo_to_normal", message(normal, "grouped", "g1")), ("plain_to_normal", message(normal, "p"))):
@@ -105,7 +110,7 @@ async def test_with_the_check_off_the_sdk_is_told_not_to_validate(grpc_broker_fa
     broker = grpc_broker_factory(enableTopicMessageTypeCheck="false")
     await create_topic(broker.addr, "SdkFifo", message_type="FIFO")
     await create_topic(broker.addr, "SdkPlain")
-    out = await asyncio.to_thread(run_sdk, SDK_TYPES, broker.grpc_port, "SdkFifo", "SdkPlain")
+    out = await asyncio.to_thread(run_sdk, SDK_TYPES, broker.grpc_port, "SdkFifo", "SdkPlain", "false")
     # Settings.publishing.validate_message_type = false: the SDK sends anything, and the broker takes it
     assert all("message_id" in out[k] for k in ("plain_to_fifo", "fifo_to_fifo", "fifo_to_normal")), out
 
