@@ -423,8 +423,12 @@ class SendProcessor(BrokerProcessor):
 
     async def _await_slave(self, result: PutResult) -> None:
         """SYNC_MASTER: a stored message is acknowledged once a slave has it (replication.md §4)."""
-        if not self._sync_master or result.status is not PutStatus.PUT_OK and \
-                result.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+        if result.status is not PutStatus.PUT_OK and result.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+            return
+        if self.config.enable_controller_mode and self.store.config.replica:
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT  # stored as master, stepped down before its ack (a sync
+            return  # flush was awaited): the new master may not have it, so it is not acknowledged
+        if not self._sync_master:
             return
         ha = self.broker.ha_master
         end = self.store.commit_log.max_offset  # at or past this message's end: never acknowledged too early
