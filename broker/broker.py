@@ -215,7 +215,7 @@ class Broker:
 
         store = self.store
         replication = ReplicationWaiter(self.config, lambda: getattr(self, "ha_master", None),
-                                        lambda: store.commit_log_max_offset)
+                                        lambda: store.commit_log_max_offset, lambda: store.config.replica)
         send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
                            sync_flush=bool(store.config.sync_flush), replication=replication,
                            remember_half=self.transaction_service.remember_half,

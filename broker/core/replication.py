@@ -18,10 +18,12 @@ class ReplicationWaiter:
     """``config`` is read live (role and controller-mode keys change at run time); ``ha_master()`` the current HA
     master or None; ``log_end()`` the commit log's end offset."""
 
-    def __init__(self, config: Any, ha_master: Callable[[], Any], log_end: Callable[[], int]) -> None:
+    def __init__(self, config: Any, ha_master: Callable[[], Any], log_end: Callable[[], int],
+                 is_replica: Callable[[], bool] = lambda: False) -> None:
         self.config = config
         self.ha_master = ha_master
         self.log_end = log_end
+        self.is_replica = is_replica  # the store refuses writes (this broker is, or is becoming, a slave)
         self.sync_master = False
         self.refresh_role()
 
@@ -52,8 +54,14 @@ class ReplicationWaiter:
 
     async def wait(self, result: PutResult) -> None:
         """SYNC_MASTER: a stored message is acknowledged once a slave has it; ``result.status`` says when not."""
-        if not self.sync_master or result.status is not PutStatus.PUT_OK and \
-                result.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+        if result.status is not PutStatus.PUT_OK and result.status is not PutStatus.FLUSH_DISK_TIMEOUT:
+            return
+        if self.config.enable_controller_mode and self.is_replica():
+            # stored as master, stepped down before its ack (a sync flush was awaited meanwhile): the new master may
+            # not have it, so it is not acknowledged
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            return
+        if not self.sync_master:
             return
         ha = self.ha_master()
         end = self.log_end()  # at or past this message's end: never acknowledged too early

@@ -1,10 +1,11 @@
 """Role changes of a controller-mode broker at run time (controller.md §6), without restarting the process.
 
 Becoming master: the HA client and metadata copies stop, a partial record at the log's tail is cut, the epoch file
-gets (newEpoch, maxPhyOffset), the store takes writes, the HA listener (epoch handshake, SyncStateSet) starts, the
+gets (newEpoch, maxPhyOffset), the HA listener (epoch handshake, SyncStateSet) starts, the store takes writes, the
 master-only services (delayed delivery, timer, transaction checks, POP) run, the route id is 0 and the topic
 DataVersion's stateVersion is the masterEpoch; the name servers hear of it at once.
-Becoming slave: the reverse; the HA client replicates from the new master (its HA address: the name server's answer
+Becoming slave: the reverse, the store refusing writes first (nothing is acknowledged once this broker knows it is
+no longer master); the HA client replicates from the new master (its HA address: the name server's answer
 for that master, else the master's port + 1) and metadata is copied from it; the route id is the controller id.
 """
 
@@ -183,7 +184,6 @@ class BrokerRoles:
                 return
             if last is None or last.epoch != epoch:  # the same epoch again (a quick restart): its start stays
                 self.epoch_file.set_last_epoch(epoch, store.commit_log.max_offset)
-            store.config.replica = False
             if self.epoch_master is None:
                 self.epoch_master = EpochHAMaster(
                     store.commit_log, cfg.listen_host, cfg.ha_port, epoch_file=self.epoch_file,
@@ -201,6 +201,7 @@ class BrokerRoles:
         cfg.broker_id = 0
         b.consumer_offset_manager.client_commits = None  # a master keeps no commits to hand over
         b.processors.send.refresh_role()
+        store.config.replica = False  # writes only once the HA master and the ack rule are in place
         await self._start_master_services()
         b.topic_config_manager.data_version.state_version = epoch
         log.info("controller mode: MASTER of %s in epoch %d (SyncStateSet %s); epochs %s", cfg.broker_name, epoch,
@@ -212,18 +213,21 @@ class BrokerRoles:
         cfg = b.config
         store = b.store
         manager = self.manager
+        # Fenced before the first await: a write taken while the HA master and the master services stop would be
+        # acknowledged by nobody's ack rule (no HA master), in an epoch the new master never sees, and cut when this
+        # broker rejoins as its slave -- an acknowledged message lost. Sends already waiting for acks fail there.
+        store.config.replica = True
+        cfg.broker_role = "SLAVE"
+        cfg.broker_id = manager.broker_id
+        b.processors.send.refresh_role()
         if b.ha_master is not None:
             await b.ha_master.stop()
             b.ha_master = None
         await self._stop_master_services()
-        store.config.replica = True
         store._replica_dispatched = None
         store.visible_limit = None
         if b.consumer_offset_manager.client_commits is None:  # commits made here go to the master (metadata_sync)
             b.consumer_offset_manager.client_commits = {}
-        cfg.broker_role = "SLAVE"
-        cfg.broker_id = manager.broker_id
-        b.processors.send.refresh_role()
         b.topic_config_manager.data_version.state_version = epoch
         self.master_addr = master_addr
         slave = self.epoch_slave
