@@ -24,7 +24,8 @@ from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
 __all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "NAMESRV_LISTING_CODES", "RESOURCE_CODES",
-           "BrokerLookups", "RecordTopics", "end_transaction_needs", "needed_resources", "send_needs", "topic_resource"]
+           "BrokerLookups", "RecordTopics", "consumer_needs", "end_transaction_needs", "needed_resources", "send_needs",
+           "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -112,10 +113,13 @@ def _send(request: Any, _records: RecordTopics | None) -> Needs:
 
 
 def _pull(request: Any, _records: RecordTopics | None) -> Needs:
-    return _group_topic(request.consumer_group, request.topic)
+    return consumer_needs(request.consumer_group, request.topic)
 
 
-def _group_topic(group: str | None, topic: str | None) -> Needs:
+def consumer_needs(group: str | None, topic: str | None) -> Needs:
+    """What consuming ``topic`` as ``group`` needs, whichever protocol asks (a remoting pull, a gRPC receive, the
+    core's typed requests): SUB on the topic and on the group (a group is the resource ``%RETRY%<group>``; its own
+    retry topic is named once)."""
     needs: Needs = []
     if topic:
         needs.append((topic, SUB))
@@ -126,7 +130,7 @@ def _group_topic(group: str | None, topic: str | None) -> Needs:
 
 def _group_and_topic(group_attr: str) -> Callable[[Any, RecordTopics | None], Needs]:
     def needs(request: Any, _records: RecordTopics | None) -> Needs:
-        return _group_topic(getattr(request, group_attr), request.topic)
+        return consumer_needs(getattr(request, group_attr), request.topic)
     return needs
 
 
@@ -197,8 +201,8 @@ def _consume_stats(request: Any, records: RecordTopics | None) -> Needs:
     """SUB on the group and on the topic named; without one, the statistic covers every topic the group consumes,
     and each of them needs SUB."""
     if request.topic or records is None:
-        return _group_topic(request.consumer_group, request.topic)
-    needs = _group_topic(request.consumer_group, None)
+        return consumer_needs(request.consumer_group, request.topic)
+    needs = consumer_needs(request.consumer_group, None)
     needs += [topic_resource(topic, SUB) for topic in sorted(records.group_topics(request.consumer_group))]
     return needs
 
@@ -227,7 +231,7 @@ def _lock_batch(request: Any, _records: RecordTopics | None) -> Needs:
 
 def _check_client(request: Any, _records: RecordTopics | None) -> Needs:
     sub = request.subscription_data
-    return _group_topic(request.group or None, sub.topic if sub is not None else None)
+    return consumer_needs(request.group or None, sub.topic if sub is not None else None)
 
 
 def _unregister(request: Any, _records: RecordTopics | None) -> Needs:

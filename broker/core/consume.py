@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.acl.accounts import SUB, group_resource
+from broker.acl.resources import consumer_needs
 from broker.acl.authorizer import Needs
 from broker.core.arrivals import Arrivals, Waiter
 from broker.core.outcome import Outcome
@@ -69,15 +69,6 @@ _STATUS_CODES: dict[str, tuple[int, int]] = {
 }
 
 
-def consumer_needs(group: str | None, topic: str | None) -> Needs:
-    """What consuming ``topic`` as ``group`` needs, whichever protocol asks: SUB on the topic and on the group (a
-    group is the resource ``%RETRY%<group>``; its own retry topic is named once)."""
-    needs: Needs = []
-    if topic:
-        needs.append((topic, SUB))
-    if group and group_resource(group) != topic:
-        needs.append((group_resource(group), SUB))
-    return needs
 
 
 def filter_scan_units(message_filter: MessageFilter) -> int:

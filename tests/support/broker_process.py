@@ -9,7 +9,6 @@ entry script.
 from __future__ import annotations
 
 import os
-import random
 import shlex
 import signal
 import socket
@@ -20,6 +19,9 @@ import time
 from pathlib import Path
 from typing import IO
 
+# the package's free_port (below the kernel's ephemeral range, never the same port twice in a process)
+from broker.testing import free_port
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REPO_ROOT = str(PROJECT_ROOT)  # the benchmarks' spelling (a str for os.path and sys.path)
 BOOT_TIMEOUT_S = 20.0
@@ -28,36 +30,6 @@ BENCH_BOOT_TIMEOUT_S = 60.0  # benchmark stores pre-allocate larger files
 BENCH_STOP_TIMEOUT_S = 30.0
 BOOT_MARKER = "boot success."
 NAMESRV_BOOT_MARKER = "The Name Server boot success."
-
-
-# Ports are drawn below the kernel's ephemeral range (32768-60999 on Linux), so an outgoing connection's local
-# port can never take a port between the moment it is chosen and the moment the broker binds it; a port handed out
-# once is not handed out again by this process. Each pytest process gets its own slice, so parallel runs do not meet.
-_PORT_LOW, _PORT_HIGH = 20000, 32000
-_handed_out: set[int] = set()
-_port_random = random.Random(os.getpid() ^ time.monotonic_ns())
-
-
-def _bindable(port: int) -> bool:
-    """True if both the loopback address and the wildcard (where the gRPC server binds) accept ``port``."""
-    for host in ("127.0.0.1", "0.0.0.0"):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                return False
-    return True
-
-
-def free_port() -> int:
-    """A TCP port, outside the ephemeral range, that was free on 127.0.0.1 and 0.0.0.0 a moment ago."""
-    for _ in range(1000):
-        port = _port_random.randrange(_PORT_LOW, _PORT_HIGH)
-        if port in _handed_out or not _bindable(port):
-            continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError(f"no free TCP port between {_PORT_LOW} and {_PORT_HIGH} on 127.0.0.1")
 
 
 def free_listen_port() -> int:
