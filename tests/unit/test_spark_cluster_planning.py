@@ -148,3 +148,21 @@ def test_pull_answers_are_cut_at_the_range_end():
     assert count == 3 and kept == body[:len(_records([5, 6, 9]))]
     assert RangePuller.keep_below(body, 5) == (b"", 0)
     assert RangePuller.keep_below(b"", 5) == (b"", 0)
+
+
+@pytest.mark.parametrize("expression", ["*", 'TagA || "TagB"', "QOFFSETMARKQ"])
+def test_a_spliced_pull_frame_equals_the_encoded_command(expression):
+    from protocol.codes import RequestCode
+    from protocol.command import RemotingCommand, encode_command
+    from spark_export.cluster.remote import ClusterClient, PullFrames
+
+    with ClusterClient(_opts(subExpression=expression)) as client:
+        fields = client._pull_fields(B0, 0, 0)
+        frames = PullFrames.make(fields)
+        if expression == "QOFFSETMARKQ":  # a marker inside a fixed value: no template, the command is built
+            assert frames is None
+            return
+        for offset, count, opaque in ((0, 1, 1), (123_456_789_012, 852, 2_147_483_647)):
+            command = RemotingCommand(code=RequestCode.PULL_MESSAGE, opaque=opaque,
+                                      ext_fields=client._pull_fields(B0, offset, count))
+            assert frames.frame(offset, count, opaque) == encode_command(command)
