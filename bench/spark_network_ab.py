@@ -43,6 +43,7 @@ def child(info_path: str) -> int:
     total = info["total"]
     checkpoints = Path(info["workdir"]) / "ab-checkpoints"
     made = 0
+    phases: dict[str, int] = {}  # the last reading stream's durationMs, summed over its micro-batches
 
     def files() -> int:
         frames = [spark.read.format("rocketmq").load(store) for store in info["stores"]]
@@ -68,6 +69,11 @@ def child(info_path: str) -> int:
         if query.exception() is not None:
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
         rows = sum(p["numInputRows"] for p in query.recentProgress)
+        if expect:
+            phases.clear()
+            for progress in query.recentProgress:
+                for key, ms in (progress.get("durationMs") or {}).items():
+                    phases[key] = phases.get(key, 0) + ms
         if rows != expect:
             raise RuntimeError(f"the stream read {rows} rows, not {expect}")
         return rows
@@ -84,7 +90,8 @@ def child(info_path: str) -> int:
             fn()
             times[name].append(time.perf_counter() - started)
     spark.stop()
-    print("AB " + json.dumps({name: statistics.median(t) for name, t in times.items()}), flush=True)
+    print("AB " + json.dumps({**{name: statistics.median(t) for name, t in times.items()}, "phases": phases}),
+          flush=True)
     return 0
 
 
@@ -132,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[label].append(median)
                 print(f"round {round_ + 1} {label}: " + ", ".join(f"{k} {median[k]:.2f} s" for k in CASES)
                       + f"; stream/file {median['file count'] / median['stream']:.2f}x, network/file "
-                      f"{median['file count'] / median['network count']:.2f}x", flush=True)
+                      f"{median['file count'] / median['network count']:.2f}x\n  last stream, ms summed over its "
+                      "micro-batches: " + ", ".join(f"{k} {v:,}" for k, v in sorted(median["phases"].items(),
+                                                                                      key=lambda kv: -kv[1])),
+                      flush=True)
     finally:
         cluster.stop()
         if not args.dir:
