@@ -1,8 +1,9 @@
 """Spark readers of the network mode: batch (`spark.read`) and streaming (`spark.readStream`).
 
 Planning runs on the driver: routes, then offsets of every queue (all requested at once), then one partition per
-queue range, or per few small ranges of one brokerName (planning.pack_ranges). Each partition carries everything its task needs (queue, range, replica addresses, options): state
-of the driver-side reader never reaches executors. Streaming offsets live only in Spark's checkpoint; nothing is
+queue range, or per few small ranges of one brokerName (planning.pack_ranges). Each partition carries everything
+its task needs (queues, ranges, replica addresses; the reader holds the options): state of the driver-side reader
+never reaches executors. Streaming offsets live only in Spark's checkpoint; nothing is
 committed to the broker. No filter is pushed into these readers, so Spark never reuses a narrowed read for
 another query (see the file source's pushdown notes).
 """
