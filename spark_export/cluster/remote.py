@@ -13,16 +13,14 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from client.credentials import Credentials
-from client.errors import MQBrokerError, RemotingError
-from client.instance import NameServerClient
-from client.remoting import RemotingClient, tls_context
-from client.route import TopicRoute
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import RemotingCommand, encode_header
 from spark_export.cluster.options import ClusterOptions
+
+if TYPE_CHECKING:
+    from client.route import TopicRoute
 
 __all__ = ["ClusterClient", "ClusterReadError", "QueueRef", "PullReply", "PullFrames", "queue_homes"]
 
@@ -124,6 +122,12 @@ class ClusterClient:
     """Blocking access to one cluster for one reader (driver or executor task). Close it (or use `with`)."""
 
     def __init__(self, options: ClusterOptions) -> None:
+        # the client package is imported here, not with this module: a streaming query's read function is planned
+        # in a new Python process that builds (and pickles) a reader but never sends a request (~0.12 s saved)
+        from client.credentials import Credentials
+        from client.instance import NameServerClient
+        from client.remoting import RemotingClient, tls_context
+
         self.options = options
         credentials = (Credentials(options.access_key, options.secret_key, options.security_token)
                        if options.access_key and options.secret_key else None)
@@ -160,6 +164,8 @@ class ClusterClient:
 
     # ----------------------------------------------------------------------------------------- name server
     async def route(self, topic: str) -> TopicRoute:
+        from client.errors import MQBrokerError, RemotingError
+
         try:
             return await self.name_servers.get_route(topic)
         except MQBrokerError as exc:
@@ -185,6 +191,8 @@ class ClusterClient:
         """The first replica that answers (master first). An error answer other than 'busy' is final."""
         if not addrs:
             raise ClusterReadError(f"rocketmq: no address known for broker {queue.broker!r} ({what} of {queue})")
+        from client.errors import RemotingError
+
         problems = []
         for addr in addrs:
             try:
