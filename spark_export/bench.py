@@ -157,7 +157,7 @@ def floor_source():
             if self.options.get("store"):  # every column: the real reader's batches, decoded once per worker
                 import builtins
 
-                from spark_export.datasource import ReadOptions, RocketMQReader
+                from spark_export.file_source import ReadOptions, RocketMQReader
                 from spark_export.schema import arrow_for
 
                 key = "_rocketmq_bench_floor_batches"
@@ -233,7 +233,7 @@ def decode_only(path: str, runs: int) -> None:
     what a Spark task's Python worker spends decoding, without Spark's own costs around it."""
     import pyarrow as pa
 
-    from spark_export.datasource import ReadOptions, RocketMQReader
+    from spark_export.file_source import ReadOptions, RocketMQReader
     from spark_export.schema import arrow_for
 
     full = arrow_for("messages")

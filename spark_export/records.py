@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from spark_export.arrow_util import be32, be_int
+from spark_export.schema import DEFAULT_BATCH_ROWS
 from spark_export.kernels import (RECORD_FIELDS, WALK_FULL, check_record, ensure_loaded, find_first_record,
                                    walk_chain)
 
@@ -25,7 +26,6 @@ MAGIC_V2 = -626843477  # 0xDAA320AB: two-byte topic length
 BLANK_MAGIC = -875286124  # 0xCBD43194
 BORN_V6 = 0x10
 STORE_V6 = 0x20
-DEFAULT_BATCH_ROWS = 8192  # records per walk and per RecordBatch: a walk's bytes stay in the CPU caches
 # while its columns are decoded (32768 was ~20% slower for topic+tags); bigger batches save little in Spark
 
 

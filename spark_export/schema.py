@@ -11,7 +11,12 @@ import pyarrow as pa
 __all__ = [
     "TABLES", "TABLE_FIELDS", "MESSAGES_DDL", "CONSUME_QUEUE_DDL", "OFFSETS_DDL", "TOPICS_DDL",
     "MESSAGES_ARROW", "CONSUME_QUEUE_ARROW", "OFFSETS_ARROW", "TOPICS_ARROW", "ddl_for", "arrow_for",
+    "DEFAULT_BATCH_ROWS",
 ]
+
+# records per walk and per RecordBatch: a walk's bytes stay in the CPU caches (here, not in records.py, so that
+# options parsing never loads the decoder's numba kernels)
+DEFAULT_BATCH_ROWS = 8192
 
 _TS = pa.timestamp("us", tz="UTC")
 _MAP = pa.map_(pa.string(), pa.string())

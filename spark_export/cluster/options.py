@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from spark_export.records import DEFAULT_BATCH_ROWS
+from spark_export.schema import DEFAULT_BATCH_ROWS
 
 __all__ = ["ClusterOptions", "OffsetSpec", "EARLIEST", "LATEST", "is_network_read"]
 
@@ -103,6 +103,7 @@ class ClusterOptions:
     starting_timestamp: int | None = None
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    min_offsets_per_partition: int = 100_000  # smaller ranges of one brokerName share a task (planning.pack_ranges)
     fail_on_data_loss: bool = True
     sub_expression: str = "*"
     access_key: str | None = None
@@ -171,6 +172,7 @@ class ClusterOptions:
             starting_timestamp=timestamp,
             max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger", None),
             min_partitions=_positive(opts, "minPartitions", None),
+            min_offsets_per_partition=_positive(opts, "minOffsetsPerPartition", 100_000),
             fail_on_data_loss=_flag(opts, "failOnDataLoss", True),
             sub_expression=str(opts.get("subexpression") or "*").strip() or "*",
             access_key=access_key,

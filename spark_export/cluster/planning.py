@@ -16,7 +16,7 @@ from spark_export.cluster.options import EARLIEST, LATEST, ClusterOptions
 from spark_export.cluster.remote import ClusterClient, ClusterReadError, QueueRef
 
 __all__ = ["Homes", "Offsets", "resolve_starts", "resolve_ends", "starts_past_end", "latest_offsets", "to_json", "from_json",
-           "limit_rows", "split_ranges", "Range"]
+           "limit_rows", "split_ranges", "pack_ranges", "Range"]
 
 log = logging.getLogger(__name__)
 
@@ -155,3 +155,36 @@ def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> li
             out.append((queue, at, nxt))
             at = nxt
     return out
+
+
+def pack_ranges(ranges: list[Range], target: int, min_partitions: int | None = None) -> list[list[Range]]:
+    """Ranges grouped into tasks: a range of `target` offsets or more is a task of its own; the smaller ranges of one
+    brokerName share tasks of about `target` offsets (the fewest such groups, balanced: largest range first into the
+    lightest group). A Spark task costs tens of milliseconds to start, as much as reading thousands of messages, and
+    a micro-batch of a few thousand offsets per queue would otherwise be mostly task starts. Groups stay within one
+    brokerName: a task's pulls then share one connection. Never fewer groups than minPartitions asks for (nor than
+    ranges, if there are fewer): then one range per task, as without packing. target <= 1: one range per task."""
+    if target <= 1 or len(ranges) <= 1:
+        return [[r] for r in ranges]
+    groups: list[list[Range]] = []
+    small: dict[str, list[Range]] = {}
+    for queue_range in ranges:
+        queue, lo, hi = queue_range
+        if hi - lo >= target:
+            groups.append([queue_range])
+        else:
+            small.setdefault(queue.broker, []).append(queue_range)
+    for broker in sorted(small):
+        mine = sorted(small[broker], key=lambda r: (r[1] - r[2], r[0], r[1]))  # largest first
+        total = sum(hi - lo for _, lo, hi in mine)
+        count = min(len(mine), max(1, (total + target // 2) // target))
+        sizes = [0] * count
+        packed: list[list[Range]] = [[] for _ in range(count)]
+        for queue_range in mine:
+            lightest = min(range(count), key=sizes.__getitem__)
+            packed[lightest].append(queue_range)
+            sizes[lightest] += queue_range[2] - queue_range[1]
+        groups.extend(sorted(group) for group in packed)
+    if min_partitions and len(groups) < min(min_partitions, len(ranges)):
+        return [[r] for r in ranges]
+    return groups

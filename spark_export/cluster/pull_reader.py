@@ -33,7 +33,7 @@ from spark_export.decode import DecodeOptions, decode_messages
 from spark_export.kernels import RECORD_FIELDS, WALK_STOP, ensure_loaded, walk_chain
 from spark_export.records import Records
 
-__all__ = ["read_range", "RangePuller"]
+__all__ = ["read_range", "read_ranges", "RangePuller"]
 
 log = logging.getLogger(__name__)
 
@@ -239,26 +239,34 @@ class _Unavailable(Exception):
 def read_range(options: ClusterOptions, queue: QueueRef, addrs: tuple[str, ...], start: int, end: int,
                schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """RecordBatches (`schema`, a subset of the messages columns) of queue offsets [start, end)."""
+    return read_ranges(options, [(queue, addrs, start, end)], schema)
+
+
+def read_ranges(options: ClusterOptions, ranges: list[tuple[QueueRef, tuple[str, ...], int, int]],
+                schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of each (queue, replica addresses, start, end) in turn, through one client (one connection
+    per broker for the whole task)."""
     ensure_loaded()
     tags = MessageSelector.tag(options.sub_expression).tags_set if options.filtered else None
     decode_schema = schema
     if tags is not None and "tags" not in schema.names:
         decode_schema = schema.append(pa.field("tags", pa.string()))
-    decode = DecodeOptions(options.include_body, options.decompress, None, decode_schema, None, queue.broker)
     client = ClusterClient(options)
-    runs = RangePuller(client, queue, addrs).runs(start, end)
     try:
-        for _ in range(end - start + 1):  # bounded: every batch but the last holds at least one record
-            waiting, more = client.run(_next_batch(runs, options.batch_rows))
-            if waiting:
-                yield from _decoded(waiting, decode, schema, tags)
-            if not more:
-                break
+        for queue, addrs, start, end in ranges:
+            decode = DecodeOptions(options.include_body, options.decompress, None, decode_schema, None, queue.broker)
+            runs = RangePuller(client, queue, addrs).runs(start, end)
+            try:
+                for _ in range(end - start + 1):  # bounded: every batch but the last holds at least one record
+                    waiting, more = client.run(_next_batch(runs, options.batch_rows))
+                    if waiting:
+                        yield from _decoded(waiting, decode, schema, tags)
+                    if not more:
+                        break
+            finally:
+                client.run(runs.aclose())  # a read stopped early (a LIMIT) cancels the pulls in flight
     finally:
-        try:
-            client.run(runs.aclose())  # a read stopped early (a LIMIT) cancels the pulls in flight
-        finally:
-            client.close()
+        client.close()
 
 
 async def _next_batch(runs: AsyncIterator[tuple[bytes, int]], batch_rows: int) -> tuple[list[bytes], bool]:

@@ -1,8 +1,9 @@
 """Spark readers of the network mode: batch (`spark.read`) and streaming (`spark.readStream`).
 
 Planning runs on the driver: routes, then offsets of every queue (all requested at once), then one partition per
-queue range. Each partition carries everything its task needs (queue, range, replica addresses, options): state
-of the driver-side reader never reaches executors. Streaming offsets live only in Spark's checkpoint; nothing is
+queue range, or per few small ranges of one brokerName (planning.pack_ranges). Each partition carries everything
+its task needs (queues, ranges, replica addresses; the reader holds the options): state of the driver-side reader
+never reaches executors. Streaming offsets live only in Spark's checkpoint; nothing is
 committed to the broker. No filter is pushed into these readers, so Spark never reuses a narrowed read for
 another query (see the file source's pushdown notes).
 """
@@ -17,9 +18,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from spark_export.cluster.options import ClusterOptions
-from spark_export.cluster.planning import (Homes, Offsets, from_json, latest_offsets, limit_rows, resolve_ends,
-                                           resolve_starts, split_ranges, starts_past_end, to_json)
-from spark_export.cluster.pull_reader import read_range
+from spark_export.cluster.planning import (Homes, Offsets, Range, from_json, latest_offsets, limit_rows, pack_ranges,
+                                           resolve_ends, resolve_starts, split_ranges, starts_past_end, to_json)
 from spark_export.cluster.remote import ClusterClient, ClusterReadError, QueueRef
 
 try:  # Spark >= 4.2: read limits and Trigger.AvailableNow for Python streaming sources
@@ -30,14 +30,14 @@ except ImportError:  # pragma: no cover - older Spark 4.x
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
-__all__ = ["ClusterBatchReader", "ClusterStreamReader", "QueueRange"]
+__all__ = ["ClusterBatchReader", "ClusterStreamReader", "QueueRange", "QueueRanges"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class QueueRange(InputPartition):
-    """One task: queue offsets [start, end) of (topic, broker, queue_id), and where the replicas were."""
+class QueueRange:
+    """Queue offsets [start, end) of (topic, broker, queue_id), and where the replicas were."""
 
     topic: str
     broker: str
@@ -51,12 +51,23 @@ class QueueRange(InputPartition):
         return QueueRef(self.topic, self.broker, self.queue_id)
 
 
-def _partitions(ranges, homes: Homes) -> list[QueueRange]:
-    return [QueueRange(q.topic, q.broker, q.queue_id, lo, hi, homes.get(q, ())) for q, lo, hi in ranges]
+@dataclass(frozen=True)
+class QueueRanges(InputPartition):
+    """One task: one queue range, or several small ones of one brokerName (read one after the other)."""
+
+    ranges: tuple[QueueRange, ...]
 
 
-def _read(options: ClusterOptions, schema: pa.Schema, partition: QueueRange) -> Iterator[pa.RecordBatch]:
-    return read_range(options, partition.queue, partition.addrs, partition.start, partition.end, schema)
+def _partitions(ranges: list[Range], homes: Homes, options: ClusterOptions) -> list[QueueRanges]:
+    groups = pack_ranges(ranges, options.min_offsets_per_partition, options.min_partitions)
+    return [QueueRanges(tuple(QueueRange(q.topic, q.broker, q.queue_id, lo, hi, homes.get(q, ()))
+                              for q, lo, hi in group)) for group in groups]
+
+
+def _read(options: ClusterOptions, schema: pa.Schema, partition: QueueRanges) -> Iterator[pa.RecordBatch]:
+    from spark_export.cluster.pull_reader import read_ranges  # executors only: the decoder loads numba
+
+    return read_ranges(options, [(r.queue, r.addrs, r.start, r.end) for r in partition.ranges], schema)
 
 
 class ClusterBatchReader(DataSourceReader):
@@ -71,11 +82,11 @@ class ClusterBatchReader(DataSourceReader):
             latest = client.run(latest_offsets(client, homes))
         starts_past_end(starts, latest, self.options)
         ends = resolve_ends(latest, homes, self.options)
-        parts = _partitions(split_ranges(starts, ends, self.options.min_partitions), homes)
+        parts = _partitions(split_ranges(starts, ends, self.options.min_partitions), homes, self.options)
         return parts or [InputPartition(None)]
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, QueueRange):
+        if not isinstance(partition, QueueRanges):
             return iter(())
         return _read(self.options, self.arrow_schema, partition)
 
@@ -161,9 +172,9 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         homes = self._homes
         if any(q not in homes for q, _, _ in ranges):
             homes = self._refresh()
-        return _partitions(ranges, homes)
+        return _partitions(ranges, homes, self.options)
 
-    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: QueueRanges) -> Iterator[pa.RecordBatch]:
         return _read(self.options, self.arrow_schema, partition)
 
     def commit(self, end: dict) -> None:

@@ -21,7 +21,7 @@ import pytest
 from protocol.ids import pack_host
 from protocol.message import check_record, pack_blank_marker_into, pack_record_into, record_size
 from protocol.properties import decode_properties_bytes
-from spark_export.datasource import ReadOptions, RocketMQReader
+from spark_export.file_source import ReadOptions, RocketMQReader
 from spark_export.decode import DecodeOptions, decode_messages
 from spark_export.records import ChainEnd, ChainScan
 from spark_export.schema import MESSAGES_ARROW
@@ -177,7 +177,7 @@ def test_reads_compile_nothing_after_the_frozen_warm_up(tmp_path):
     script = f"""
 import gc, pyarrow as pa
 from spark_export import kernels
-from spark_export.datasource import ReadOptions, RocketMQReader
+from spark_export.file_source import ReadOptions, RocketMQReader
 from spark_export.schema import MESSAGES_ARROW
 for extra in ({{}}, {{"columns": "tags,keys,topic"}}, {{"split_bytes": "4096", "min_partitions": "5"}}):
     options = ReadOptions.parse({{"path": {str(store)!r}, **extra}})

@@ -85,7 +85,7 @@ def test_a_batch_read_of_the_cluster_is_exactly_what_was_sent(spark, net_cluster
     df = read(spark, net_cluster.name_server, topic=",".join(BATCH_TOPICS))
     assert df.columns[:3] == ["topic", "broker", "queue_id"]
     assert not df.schema["broker"].nullable
-    assert df.rdd.getNumPartitions() == len(BATCH_TOPICS) * len(GROUPS) * QUEUES  # one per non-empty queue
+    assert df.rdd.getNumPartitions() == len(GROUPS)  # small ranges: one task per brokerName reads them all
     rows = rows_of(df, "commitlog_offset", "tags", "keys", "store_timestamp")
     sent = net_cluster.of(*BATCH_TOPICS)
     assert multiset(rows) == multiset(sent)  # nothing missing, nothing twice (the slave's copy is not read too)
@@ -97,6 +97,9 @@ def test_a_batch_read_of_the_cluster_is_exactly_what_was_sent(spark, net_cluster
     # commitlog_offset is per broker: both brokers' logs start at 0, so offsets repeat across brokers only
     per_broker = Counter((r.broker, r.commitlog_offset) for r in rows)
     assert max(per_broker.values()) == 1
+    unpacked = read(spark, net_cluster.name_server, topic=",".join(BATCH_TOPICS), minOffsetsPerPartition=1)
+    assert unpacked.rdd.getNumPartitions() == len(BATCH_TOPICS) * len(GROUPS) * QUEUES  # one per non-empty queue
+    assert multiset(rows_of(unpacked)) == multiset(sent)
 
 
 def test_the_topic_option_selects_topics(spark, net_cluster):
@@ -121,7 +124,8 @@ def test_starting_and_ending_offsets_given_as_json(spark, net_cluster):
     start.update({("broker-a", 0): 3, ("broker-a", 2): ends[("broker-a", 2)], ("broker-b", 1): 5})
     end = dict(ends)  # queues not listed: latest
     end.update({("broker-a", 0): 8, ("broker-a", 3): 4, ("broker-b", 2): 6})
-    df = read(spark, net_cluster.name_server, topic="NetOrders", startingOffsets=starting, endingOffsets=ending)
+    df = read(spark, net_cluster.name_server, topic="NetOrders", startingOffsets=starting, endingOffsets=ending,
+              minOffsetsPerPartition=1)
     expected = in_range(net_cluster.of("NetOrders"), start, end)
     assert multiset(rows_of(df)) == multiset(expected)
     assert df.rdd.getNumPartitions() == len(GROUPS) * QUEUES - 1  # broker-a queue 2 is empty: [latest, latest)

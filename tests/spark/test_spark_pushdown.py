@@ -116,7 +116,7 @@ def _reader_rows(monkeypatch, store, filters: list, **options) -> list[tuple]:
     """The rows a pushed read returns, the reader driven as Spark's planning worker drives it (pushFilters, then the
     pickled reader's partitions and read), on a Spark that would keep the read with its scan; the filters the
     reader leaves are applied as Spark applies them."""
-    from spark_export.datasource import ReadOptions, RocketMQFilteringReader
+    from spark_export.file_source import ReadOptions, RocketMQFilteringReader
     from spark_export.pushdown import read_filter_mask
     from spark_export.schema import arrow_for
 
