@@ -250,7 +250,7 @@ class Broker:
             self.roles = BrokerRoles(self)
 
     def _build_processors(self, config: BrokerConfig) -> Processors:
-        """Each processor with the parts it uses (send, pull and transaction still take the broker: issue 30)."""
+        """Each processor with the parts it uses."""
         store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
         consumers, offsets = self.consumer_manager, self.consumer_offset_manager
         return Processors(
