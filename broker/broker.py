@@ -508,9 +508,13 @@ class Broker:
         port = DEFAULT_GRPC_PORT if cfg.grpc_server_port is None else cfg.grpc_server_port
         if not cfg.enable_grpc_proxy or port == 0:
             return
+        from broker.grpc.parts import GrpcParts
         from broker.grpc.server import GrpcEndpoint
 
-        endpoint = GrpcEndpoint(self, cfg.listen_host, port)
+        parts = GrpcParts(cfg, self.send_service, self.end_transaction_service, self.pop_core, self.pop_service,
+                          self.topic_config_manager, self.store, self.timer_service, self.transaction_service,
+                          self.authorizer, self.tls)
+        endpoint = GrpcEndpoint(parts, cfg.listen_host, port)
         if await listen_optional("grpcServerPort", cfg.grpc_server_port, endpoint, "gRPC endpoint"):
             self.grpc = endpoint
 
