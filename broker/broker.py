@@ -30,7 +30,8 @@ from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
-from broker.ha import replication_info
+from broker.ha import HASlots, replication_info
+from broker.master_services import MasterServices
 from broker.metrics import BrokerMetrics, MetricsEndpoint, RateSampler
 from broker.pop.service import PopService, RenewPolicy
 from broker.processors import (
@@ -51,7 +52,6 @@ from broker.processors.send import SendProcessor
 from broker.processors.transaction import TransactionProcessor
 from broker.preflight import (PortCheck, bind_problem, check_paths, check_ports, check_store_lock,
                               store_path_problem)
-from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster, admin_secret_lookup
 from broker.ha.slave import HASlave
@@ -123,6 +123,7 @@ class Broker:
         # observers those owners call: per request, never per message.
         self.metrics = BrokerMetrics(bool(config.metrics_port), int(getattr(config, "slow_flush_warn_millis", 1000)))
         config_dir = config.config_dir
+        self.ha = HASlots()  # the HA listener / client (set by _build_replication; controller mode swaps them)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
         self.store = MessageStore(store_config, flush_observer=self.metrics.observe_flush,
                                   consumer_offsets=self.consumer_offset_manager.offsets_by_topic)
@@ -154,6 +155,10 @@ class Broker:
                                       self.consumer_offset_manager, config_dir, config.broker_name, self.arrivals,
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
+        # delayed delivery, the timer, transaction checks and POP: run by a master only (started and stopped here, or
+        # by the controller-mode role changes)
+        self.master_services = MasterServices(self.store, self.topic_config_manager, self.schedule_service,
+                                              self.timer_service, self.transaction_service, self.pop_service)
         self.pop_core = PopCore(self.pop_service, self.topic_config_manager, self.subscription_group_manager, config,
                                 group_names)
         # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
@@ -203,8 +208,6 @@ class Broker:
         self.grpc: Any = None  # broker/grpc GrpcEndpoint once started
         self._tasks: list[asyncio.Task] = []
         self._started = False
-        self._pop_started = False
-        self._timer_started = False
         self._stopped = False
 
     def _build_core(self) -> tuple[Any, Any]:
@@ -213,8 +216,8 @@ class Broker:
         from broker.core.send import SendService
         from broker.core.transaction import EndTransactionService
 
-        store = self.store
-        replication = ReplicationWaiter(self.config, lambda: getattr(self, "ha_master", None),
+        store, ha = self.store, self.ha
+        replication = ReplicationWaiter(self.config, lambda: ha.master,
                                         lambda: store.commit_log_max_offset, lambda: store.config.replica)
         send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
                            sync_flush=bool(store.config.sync_flush), replication=replication,
@@ -228,10 +231,11 @@ class Broker:
         link is TLS (the slave: tlsEnable)."""
         credentials = (config.access_key, config.secret_key) if config.acl_enable and config.access_key else None
         outbound_ssl = outbound_context(config) if outbound_tls_enabled(config) else None
+        admin_secret = admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None
+        ha_ssl = self.ssl_context if self.tls.mode == "enforcing" else None
         self.ha_master = HAMaster(
             self.store.commit_log, config.listen_host, config.ha_port, max_connections=config.ha_max_connections,
-            admin_secret=admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None,
-            ssl_context=self.ssl_context if self.tls.mode == "enforcing" else None) if config.is_master else None
+            admin_secret=admin_secret, ssl_context=ha_ssl) if config.is_master else None
         # issue 28, controller mode: starts as a fenced SLAVE; its HA objects are replicas/roles.py's
         self.ha_slave = None if config.is_master or config.enable_controller_mode else HASlave(
             self.store, config.ha_master_address, credentials=credentials, ssl_context=outbound_ssl)
@@ -245,9 +249,13 @@ class Broker:
         self.roles = None
         self.replicas = None
         if config.enable_controller_mode:
-            from broker.replicas.roles import BrokerRoles
+            from broker.replicas.roles import BrokerRoles, RoleParts
 
-            self.roles = BrokerRoles(self)
+            self.roles = BrokerRoles(RoleParts(
+                config, self.store, self.consumer_offset_manager, self.topic_config_manager, self.metadata_sync,
+                self.ha, self.master_services, refresh_role=self.send_service.refresh_role, wake=self.arrivals.notify,
+                registrar=lambda: self.registrar, spawn=self._spawn, admin_secret=admin_secret,
+                ha_ssl_context=ha_ssl))
 
     def _build_processors(self, config: BrokerConfig) -> Processors:
         """Each processor with the parts it uses."""
@@ -271,6 +279,24 @@ class Broker:
         )
 
     # ---- properties -----------------------------------------------------------------------------
+    @property
+    def ha_master(self) -> Any:
+        """The HA listener of a master (None otherwise); controller mode swaps it (``self.ha``)."""
+        return self.ha.master
+
+    @ha_master.setter
+    def ha_master(self, master: Any) -> None:
+        self.ha.master = master
+
+    @property
+    def ha_slave(self) -> Any:
+        """The HA client of a slave (None otherwise); controller mode swaps it (``self.ha``)."""
+        return self.ha.slave
+
+    @ha_slave.setter
+    def ha_slave(self, slave: Any) -> None:
+        self.ha.slave = slave
+
     @property
     def port(self) -> int:
         return self.server.port
@@ -328,18 +354,7 @@ class Broker:
         self._started = True
         self.transaction_service.load()  # decisions, also on a slave (it may become the master's copy)
         if cfg.is_master:
-            self.schedule_service.load()
-            await self.schedule_service.start()
-            self.timer_service.load()
-            self.store.add_arrival_listener(self.timer_service.on_message_arrival)
-            self.timer_service.start()
-            self._timer_started = True
-            for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
-                self.topic_config_manager.create_topic_if_absent(topic, 1)
-            self.transaction_service.start()
-            self.pop_service.load()
-            self.pop_service.start()
-            self._pop_started = True
+            await self.master_services.start()
 
         from broker.namesrv.registrar import BrokerRegistrar
 
@@ -419,7 +434,7 @@ class Broker:
         self.replicas = ReplicasManager(self.config, self.roles, self.roles.offsets,
                                         ssl_context=outbound_context(self.config)
                                         if outbound_tls_enabled(self.config) else None)
-        self.roles.manager = self.replicas
+        self.roles.attach(self.replicas)
         self.replicas.start()
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
@@ -555,21 +570,7 @@ class Broker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        try:
-            await self.schedule_service.stop()
-        except Exception:
-            log.exception("stopping the schedule service failed")
-        if self._timer_started:
-            try:
-                await self.timer_service.stop()
-            except Exception:
-                log.exception("stopping the timer service failed")
-        await self.transaction_service.stop()
-        if self._pop_started:
-            try:
-                await self.pop_service.stop()
-            except Exception:
-                log.exception("stopping the POP service failed")
+        await self.master_services.shutdown()
         if self.replicas is not None:
             await self.replicas.stop()
         if self.roles is not None:
