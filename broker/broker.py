@@ -222,7 +222,8 @@ class Broker:
         send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
                            sync_flush=bool(store.config.sync_flush), replication=replication,
                            remember_half=self.transaction_service.remember_half,
-                           delay_max_level=lambda: self.schedule_service.max_level)
+                           delay_max_level=lambda: self.schedule_service.max_level,
+                           observer=self.metrics.observe_core_send)
         return send, EndTransactionService(self.config, self.transaction_service)
 
     def _build_replication(self, config: BrokerConfig) -> None:

@@ -323,7 +323,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 continue
             typed.messages.append(_core_message(message, peer, born_host))
             entries.append(None)
-        results = iter(self.sender.send_each(typed) if typed.messages else ())
+        results = iter(await self.sender.send_each_settled(typed) if typed.messages else ())
         sent = [m for m, e in zip(request.messages, entries) if e is None]
         answers = iter([await self._entry(m, next(results)) for m in sent])
         entries = [next(answers) if e is None else e for e in entries]
