@@ -12,15 +12,17 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.acl.setup import build_acl
+from broker.clients import ClientHousekeeping, notify_group_changed
 from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.core.arrivals import Arrivals
 from broker.core.consume import GroupNames, Puller
 from broker.core.pop import PopCore
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
+from broker.listeners import listen, listen_optional
 from broker.managers.broker_name_file import write_broker_name
 from broker.managers.consumer_filter import ConsumerFilterManager
 from broker.managers.consumer_manager import ConsumerManager
@@ -30,7 +32,8 @@ from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
-from broker.ha import replication_info
+from broker.ha import HASlots, replication_info
+from broker.master_services import MasterServices
 from broker.metrics import BrokerMetrics, MetricsEndpoint, RateSampler
 from broker.pop.service import PopService, RenewPolicy
 from broker.processors import (
@@ -49,9 +52,8 @@ from broker.processors import (
 from broker.processors.pull import PullProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.transaction import TransactionProcessor
-from broker.preflight import (PortCheck, bind_problem, check_paths, check_ports, check_store_lock,
+from broker.preflight import (PortCheck, check_paths, check_ports, check_store_lock,
                               store_path_problem)
-from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.transaction.service import TransactionService, TransactionSettings
 from broker.ha.master import HAMaster, admin_secret_lookup
 from broker.ha.slave import HASlave
@@ -63,8 +65,6 @@ from broker.schedule.service import ScheduleMessageService
 from broker.timer.service import TimerMessageService
 from broker.store.message_store import MessageStore
 from broker.view import BrokerView
-from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
 from protocol.ids import pack_host
 
 log = logging.getLogger(__name__)
@@ -72,31 +72,6 @@ log = logging.getLogger(__name__)
 DEFAULT_DASHBOARD_PORT = 8082
 DEFAULT_GRPC_PORT = 8081
 
-CLIENT_HOUSEKEEPING_INTERVAL_S = 10.0
-
-
-
-async def listen(key: str, host: str, port: int, start: Callable[[], Awaitable[None]]) -> None:
-    """Start one listener; failing to bind is a ConfigError naming its key (one line, exit code 2)."""
-    try:
-        await start()
-    except OSError as exc:
-        raise ConfigError(bind_problem(key, host, port, exc), key) from None
-
-async def listen_optional(key: str, configured: int | None, listener: Any, what: str) -> bool:
-    """Start an optional listener (`listener.host`, `.port`, `.start()`); False when it did not start.
-
-    A port left unset (`configured` None: the default) is best effort: a second broker on the machine runs without
-    it, with one warning. A port set in broker.conf must be free (ConfigError naming the key)."""
-    if configured is None:
-        try:
-            await listener.start()
-        except OSError as exc:
-            log.warning("%s not started: %s", what, bind_problem(key, listener.host, listener.port, exc))
-            return False
-        return True
-    await listen(key, listener.host, listener.port, listener.start)
-    return True
 
 
 def _descriptor_budget(config: BrokerConfig) -> DescriptorBudget:
@@ -123,6 +98,7 @@ class Broker:
         # observers those owners call: per request, never per message.
         self.metrics = BrokerMetrics(bool(config.metrics_port), int(getattr(config, "slow_flush_warn_millis", 1000)))
         config_dir = config.config_dir
+        self.ha = HASlots()  # the HA listener / client (set by _build_replication; controller mode swaps them)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
         self.store = MessageStore(store_config, flush_observer=self.metrics.observe_flush,
                                   consumer_offsets=self.consumer_offset_manager.offsets_by_topic)
@@ -131,8 +107,10 @@ class Broker:
         self.topic_config_manager = TopicConfigManager(config, config_dir, descriptors=self.descriptors)
         self.subscription_group_manager = SubscriptionGroupManager(config_dir, config.auto_create_subscription_group)
         self.consumer_manager = ConsumerManager(on_group_changed=self.notify_consumer_ids_changed)
-        self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.producer_manager = ProducerManager()
+        self.clients = ClientHousekeeping(self.consumer_manager, self.producer_manager,
+                                          config.channel_expired_timeout)
+        self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.dlq_resends = DlqResendLog(config_dir)  # the audit of dead-letter resends (console, mqadmin)
         self.rebalance_lock_manager = RebalanceLockManager(config.rebalance_lock_max_live_time)
         self.schedule_service = ScheduleMessageService(self.store, config_dir, config.delay_levels_ms())
@@ -154,6 +132,10 @@ class Broker:
                                       self.consumer_offset_manager, config_dir, config.broker_name, self.arrivals,
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
+        # delayed delivery, the timer, transaction checks and POP: run by a master only (started and stopped here, or
+        # by the controller-mode role changes)
+        self.master_services = MasterServices(self.store, self.topic_config_manager, self.schedule_service,
+                                              self.timer_service, self.transaction_service, self.pop_service)
         self.pop_core = PopCore(self.pop_service, self.topic_config_manager, self.subscription_group_manager, config,
                                 group_names)
         # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
@@ -162,7 +144,7 @@ class Broker:
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
         # One Authorizer decides for every protocol (remoting guard, gRPC, web console); None when ACL is off.
-        self.acl_validator, self.acl_watcher, request_guard = _build_acl(
+        self.acl_validator, self.acl_watcher, request_guard = build_acl(
             config, (self.store, self.consumer_offset_manager, self.consumer_manager))
         self.authorizer = self.acl_validator.authorizer if self.acl_validator is not None else None
         # One TLS mode and context for every port too; a missing or bad cert file raises ConfigError here.
@@ -203,8 +185,6 @@ class Broker:
         self.grpc: Any = None  # broker/grpc GrpcEndpoint once started
         self._tasks: list[asyncio.Task] = []
         self._started = False
-        self._pop_started = False
-        self._timer_started = False
         self._stopped = False
 
     def _build_core(self) -> tuple[Any, Any]:
@@ -213,13 +193,14 @@ class Broker:
         from broker.core.send import SendService
         from broker.core.transaction import EndTransactionService
 
-        store = self.store
-        replication = ReplicationWaiter(self.config, lambda: getattr(self, "ha_master", None),
+        store, ha = self.store, self.ha
+        replication = ReplicationWaiter(self.config, lambda: ha.master,
                                         lambda: store.commit_log_max_offset, lambda: store.config.replica)
         send = SendService(self.config, store, self.topic_config_manager, self.subscription_group_manager,
                            sync_flush=bool(store.config.sync_flush), replication=replication,
                            remember_half=self.transaction_service.remember_half,
-                           delay_max_level=lambda: self.schedule_service.max_level)
+                           delay_max_level=lambda: self.schedule_service.max_level,
+                           observer=self.metrics.observe_core_send)
         return send, EndTransactionService(self.config, self.transaction_service)
 
     def _build_replication(self, config: BrokerConfig) -> None:
@@ -228,10 +209,11 @@ class Broker:
         link is TLS (the slave: tlsEnable)."""
         credentials = (config.access_key, config.secret_key) if config.acl_enable and config.access_key else None
         outbound_ssl = outbound_context(config) if outbound_tls_enabled(config) else None
+        admin_secret = admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None
+        ha_ssl = self.ssl_context if self.tls.mode == "enforcing" else None
         self.ha_master = HAMaster(
             self.store.commit_log, config.listen_host, config.ha_port, max_connections=config.ha_max_connections,
-            admin_secret=admin_secret_lookup(self.acl_validator) if self.acl_validator is not None else None,
-            ssl_context=self.ssl_context if self.tls.mode == "enforcing" else None) if config.is_master else None
+            admin_secret=admin_secret, ssl_context=ha_ssl) if config.is_master else None
         # issue 28, controller mode: starts as a fenced SLAVE; its HA objects are replicas/roles.py's
         self.ha_slave = None if config.is_master or config.enable_controller_mode else HASlave(
             self.store, config.ha_master_address, credentials=credentials, ssl_context=outbound_ssl)
@@ -245,12 +227,16 @@ class Broker:
         self.roles = None
         self.replicas = None
         if config.enable_controller_mode:
-            from broker.replicas.roles import BrokerRoles
+            from broker.replicas.roles import BrokerRoles, RoleParts
 
-            self.roles = BrokerRoles(self)
+            self.roles = BrokerRoles(RoleParts(
+                config, self.store, self.consumer_offset_manager, self.topic_config_manager, self.metadata_sync,
+                self.ha, self.master_services, refresh_role=self.send_service.refresh_role, wake=self.arrivals.notify,
+                registrar=lambda: self.registrar, spawn=self._spawn, admin_secret=admin_secret,
+                ha_ssl_context=ha_ssl))
 
     def _build_processors(self, config: BrokerConfig) -> Processors:
-        """Each processor with the parts it uses (send, pull and transaction still take the broker: issue 30)."""
+        """Each processor with the parts it uses."""
         store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
         consumers, offsets = self.consumer_manager, self.consumer_offset_manager
         return Processors(
@@ -271,6 +257,24 @@ class Broker:
         )
 
     # ---- properties -----------------------------------------------------------------------------
+    @property
+    def ha_master(self) -> Any:
+        """The HA listener of a master (None otherwise); controller mode swaps it (``self.ha``)."""
+        return self.ha.master
+
+    @ha_master.setter
+    def ha_master(self, master: Any) -> None:
+        self.ha.master = master
+
+    @property
+    def ha_slave(self) -> Any:
+        """The HA client of a slave (None otherwise); controller mode swaps it (``self.ha``)."""
+        return self.ha.slave
+
+    @ha_slave.setter
+    def ha_slave(self, slave: Any) -> None:
+        self.ha.slave = slave
+
     @property
     def port(self) -> int:
         return self.server.port
@@ -328,18 +332,7 @@ class Broker:
         self._started = True
         self.transaction_service.load()  # decisions, also on a slave (it may become the master's copy)
         if cfg.is_master:
-            self.schedule_service.load()
-            await self.schedule_service.start()
-            self.timer_service.load()
-            self.store.add_arrival_listener(self.timer_service.on_message_arrival)
-            self.timer_service.start()
-            self._timer_started = True
-            for topic in (HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC):  # as 5.x: the system topics exist from the start
-                self.topic_config_manager.create_topic_if_absent(topic, 1)
-            self.transaction_service.start()
-            self.pop_service.load()
-            self.pop_service.start()
-            self._pop_started = True
+            await self.master_services.start()
 
         from broker.namesrv.registrar import BrokerRegistrar
 
@@ -376,7 +369,7 @@ class Broker:
             await self.registrar.start()
         if self.acl_watcher is not None:
             self.acl_watcher.start()
-        self._spawn(self._client_housekeeping(), "client-housekeeping")
+        self._spawn(self.clients.run(), "client-housekeeping")
         self._spawn(self._persist_offsets_periodically(), "offset-persistence")
         self.rates.start()
         await listen("metricsPort", cfg.metrics_host, cfg.metrics_port, self.metrics_endpoint.start)
@@ -419,7 +412,7 @@ class Broker:
         self.replicas = ReplicasManager(self.config, self.roles, self.roles.offsets,
                                         ssl_context=outbound_context(self.config)
                                         if outbound_tls_enabled(self.config) else None)
-        self.roles.manager = self.replicas
+        self.roles.attach(self.replicas)
         self.replicas.start()
 
     def _learn_master(self, ha_addr: str | None, master_addr: str | None) -> None:
@@ -470,34 +463,16 @@ class Broker:
         port = DEFAULT_DASHBOARD_PORT if cfg.dashboard_port is None else cfg.dashboard_port
         if port == 0:
             return
-        from broker.console.replication import ClassicParts, ControllerParts, ReplicationView
-        from broker.console.server import ConsoleServer
-        from broker.console.throttle import SignInThrottle, ThrottlePolicy
-        from broker.console.views import BrokerFacts, ConsoleViews
+        from broker.console.build import build_console
+        from broker.console.replication import ClassicParts, ControllerParts
 
-        facts = BrokerFacts(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, cfg.broker_addr, cfg.broker_role,
-                            cfg.store_path_root_dir, cfg.flush_disk_type, self.view.runtime_info,
-                            self.namesrv.route_info if self.namesrv is not None else None)
         if self.replicas is not None:  # issue 28: the group as the controller sees it, and this replica's own log
             parts: Any = ControllerParts(self.replicas.group_state, self.replicas.local_state, self.roles.local_state)
         else:
             parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
                                  lambda: self.store.commit_log.max_offset)
-        views = ConsoleViews(self.view, self.dispatch_table, facts,
-                             ReplicationView(cfg.broker_cluster_name, cfg.broker_name, parts),
-                             resends=self.dlq_resends)
-        lock_s = float(cfg.dashboard_sign_in_lock_seconds)
-        max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
-        sign_in = SignInThrottle(
-            ThrottlePolicy(cfg.dashboard_sign_in_delay_after, cfg.dashboard_sign_in_lock_after, max_delay_s, lock_s),
-            ThrottlePolicy(cfg.dashboard_sign_in_account_delay_after, cfg.dashboard_sign_in_account_lock_after,
-                           max_delay_s, lock_s))
-        try:
-            console = ConsoleServer(views, self.authorizer, cfg.dashboard_host, port, broker_ip=cfg.broker_ip1,
-                                    allowed_hosts=[h for h in cfg.dashboard_allowed_hosts.split(",") if h.strip()],
-                                    sign_in=sign_in)
-        except ValueError as exc:  # an allowed host the console cannot read (the conf check lets few through)
-            raise ConfigError(f"key 'dashboardAllowedHosts': {exc}", "dashboardAllowedHosts") from None
+        console = build_console(cfg, port, self.view, self.dispatch_table, self.dlq_resends, self.authorizer,
+                                self.namesrv.route_info if self.namesrv is not None else None, parts)
         if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
             self.console = console
 
@@ -508,9 +483,13 @@ class Broker:
         port = DEFAULT_GRPC_PORT if cfg.grpc_server_port is None else cfg.grpc_server_port
         if not cfg.enable_grpc_proxy or port == 0:
             return
+        from broker.grpc.parts import GrpcParts
         from broker.grpc.server import GrpcEndpoint
 
-        endpoint = GrpcEndpoint(self, cfg.listen_host, port)
+        parts = GrpcParts(cfg, self.send_service, self.end_transaction_service, self.pop_core, self.pop_service,
+                          self.topic_config_manager, self.store, self.timer_service, self.transaction_service,
+                          self.authorizer, self.tls)
+        endpoint = GrpcEndpoint(parts, cfg.listen_host, port)
         if await listen_optional("grpcServerPort", cfg.grpc_server_port, endpoint, "gRPC endpoint"):
             self.grpc = endpoint
 
@@ -551,21 +530,7 @@ class Broker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        try:
-            await self.schedule_service.stop()
-        except Exception:
-            log.exception("stopping the schedule service failed")
-        if self._timer_started:
-            try:
-                await self.timer_service.stop()
-            except Exception:
-                log.exception("stopping the timer service failed")
-        await self.transaction_service.stop()
-        if self._pop_started:
-            try:
-                await self.pop_service.stop()
-            except Exception:
-                log.exception("stopping the POP service failed")
+        await self.master_services.shutdown()
         if self.replicas is not None:
             await self.replicas.stop()
         if self.roles is not None:
@@ -603,40 +568,8 @@ class Broker:
 
     # ---- services -------------------------------------------------------------------------------
     def notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
-        """One-way NOTIFY_CONSUMER_IDS_CHANGED (40) to every channel of `group`."""
-        info = self.consumer_manager.get_group(group)
-        members = sorted(info.client_ids()) if info is not None else []
-        log.info("consumer group %s changed (members or subscriptions): %d client(s) %s; notifying for rebalance",
-                 group, len(members), ", ".join(members))
-        for channel in channels:
-            request = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                              {"consumerGroup": group}, opaque=0, oneway=True)
-            try:
-                channel.send_oneway(request)
-            except Exception:
-                log.warning("notifying %s of group %s change failed", getattr(channel, "remote_addr", channel), group)
-
-    async def _client_housekeeping(self) -> None:
-        """Periodically drop clients without a heartbeat (channelExpiredTimeout). Runs every 10 s, or more
-        often for short timeouts. (Idle connections are closed by each RemotingServer's own sweep.)"""
-        heartbeat_timeout_ms = self.config.channel_expired_timeout
-        interval = min(CLIENT_HOUSEKEEPING_INTERVAL_S, heartbeat_timeout_ms / 4000)
-        while True:
-            await asyncio.sleep(max(0.05, interval))
-            try:
-                self.expire_clients(heartbeat_timeout_ms)
-            except Exception:
-                log.exception("client housekeeping failed")
-
-    def expire_clients(self, heartbeat_timeout_ms: int) -> None:
-        """One housekeeping pass (closing a channel triggers its close listeners: registrations go,
-        remaining group members get NOTIFY_CONSUMER_IDS_CHANGED)."""
-        expired = self.consumer_manager.scan_not_active(heartbeat_timeout_ms)
-        expired += self.producer_manager.scan_not_active(heartbeat_timeout_ms)
-        for client in expired:
-            channel = client.channel
-            if channel is not None and not getattr(channel, "closed", True):
-                channel.close()
+        """The ConsumerManager's callback: NOTIFY_CONSUMER_IDS_CHANGED to the group's channels (broker/clients.py)."""
+        notify_group_changed(self.consumer_manager, group, channels)
 
     async def _persist_offsets_periodically(self) -> None:
         interval = self.config.flush_consumer_offset_interval / 1000.0
@@ -649,26 +582,3 @@ class Broker:
             except Exception:
                 log.exception("persisting consumer offsets failed")
 
-
-def _build_acl(config: BrokerConfig, lookups: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-    """(validator, file watcher, request guard) when aclEnable=true, else (None, None, None); ``lookups`` (store,
-    offsets, consumers) find the topic of a record named by its offset and the topics a group consumes.
-    An unreadable or invalid aclFile raises ConfigError naming the key and the file."""
-    if not config.acl_enable:
-        return None, None, None
-    from broker.acl.accounts import AclFileError, load_acl_file
-    from broker.acl.authorizer import Authorizer
-    from broker.acl.resources import BrokerLookups
-    from broker.acl.validator import AclValidator
-    from broker.acl.watcher import AclFileWatcher
-    from broker.config import ConfigError
-
-    path = config.acl_file or os.path.abspath("plain_acl.yml")
-    try:
-        accounts = load_acl_file(path)
-    except AclFileError as exc:
-        raise ConfigError(f"key 'aclFile': {exc}", "aclFile") from None
-    validator = AclValidator(Authorizer(accounts, time_tolerance_s=float(config.acl_time_tolerance_seconds)),
-                             BrokerLookups(*lookups))
-    log.info("ACL on: %d account(s) from %s", len(accounts.accounts), path)
-    return validator, AclFileWatcher(path, validator.update), validator.request_guard()

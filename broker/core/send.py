@@ -50,7 +50,7 @@ from protocol.ids import UniqKeyGenerator
 from protocol.message import MULTI_TAGS_FLAG, TRANSACTION_TYPE_MASK
 from protocol.properties import MAX_PROPERTIES_BYTES, decode_properties, encode_properties
 
-__all__ = ["Message", "SendRequest", "SendResult", "SendService", "StoreWriter", "REASON_BODY_TOO_LARGE",
+__all__ = ["Message", "SendObserver", "SendRequest", "SendResult", "SendService", "StoreWriter", "REASON_BODY_TOO_LARGE",
            "REASON_DELIVERY_TIME", "REASON_ILLEGAL_TOPIC", "REASON_PROPERTIES_TOO_LARGE", "STORED_CODES"]
 
 PROP_UNIQ_KEY = "UNIQ_KEY"
@@ -161,6 +161,13 @@ class SendResult:
     timed: bool = False
 
 
+class SendObserver(Protocol):
+    """Told once per observed request (never per message): its topic, how many messages and body bytes it carried,
+    its code (the first refusal, else the first message's code) and how long it took, awaits included."""
+
+    def __call__(self, topic: str, message_count: int, body_bytes: int, code: int, seconds: float) -> None: ...
+
+
 class StoreWriter(Protocol):
     """The store's public put API (broker/store/append.py)."""
 
@@ -193,11 +200,12 @@ class SendService:
     """Checks, stores and answers sends. Built by the Broker with what it uses: ``config`` (BrokerConfig, read live:
     permissions, roles and limits change at run time), the store's put API, the topic and subscription-group
     registries, the replication waiter, ``remember_half`` (the transaction service keeps the half messages it will
-    be asked to decide on) and ``delay_max_level`` (the schedule service's number of delay levels)."""
+    be asked to decide on), ``delay_max_level`` (the schedule service's number of delay levels) and ``observer``
+    (metrics: told once per request settled by ``send_each_settled``; the remoting server observes its own)."""
 
     def __init__(self, config: Any, store: StoreWriter, topics: Any, groups: Any, *, sync_flush: bool,
                  replication: ReplicationWaiter, remember_half: Callable[..., None],
-                 delay_max_level: Callable[[], int]) -> None:
+                 delay_max_level: Callable[[], int], observer: SendObserver | None = None) -> None:
         self.config = config
         self.store = store
         self.topics = topics
@@ -206,6 +214,7 @@ class SendService:
         self.replication = replication
         self.remember_half = remember_half
         self.delay_max_level = delay_max_level
+        self.observer = observer
         self.region = config.region_id
         self.trace_on = bool(config.trace_on)
         self.cluster_name = config.broker_cluster_name
@@ -244,6 +253,32 @@ class SendService:
                                           request.requester, request.default_topic,
                                           request.default_topic_queue_nums, request.max_reconsume_times)
                               for message in request.messages])
+
+    async def send_each_settled(self, request: SendRequest) -> list[Any]:
+        """``send_each`` with every result settled (an Outcome, or the exception one raised), the request then told to
+        the observer once. The gRPC SendMessage's way in: remoting sends are observed by their server, so no send is
+        counted twice."""
+        started = time.perf_counter()
+        results = self.send_each(request)
+        for index, result in enumerate(results):
+            if type(result) is not Outcome and not isinstance(result, BaseException):
+                try:
+                    results[index] = await result
+                except Exception as exc:  # noqa: BLE001 - answered per message by the caller
+                    results[index] = exc
+        observer = self.observer
+        if observer is not None:
+            code = None
+            for result in results:
+                this = result.code if type(result) is Outcome else int(ResponseCode.SYSTEM_ERROR)
+                if code is None:
+                    code = this
+                if this not in STORED_CODES:
+                    code = this
+                    break
+            observer(request.topic, len(request.messages), sum(len(m.body) for m in request.messages),
+                     _SUCCESS if code is None else code, time.perf_counter() - started)
+        return results
 
     def send_run(self, requests: list[SendRequest]) -> list[Any]:
         """Single sends that arrived together: each is checked and answered on its own, but with ASYNC_FLUSH and no

@@ -13,7 +13,7 @@ from broker.tls import TlsSettings
 from protocol.grpc import service_pb2_grpc
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.grpc.parts import GrpcParts
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,10 @@ def _read(path: str | None, key: str) -> bytes:
 
 
 class GrpcEndpoint:
-    def __init__(self, broker: "Broker", host: str, port: int) -> None:
-        self.broker = broker
+    """The grpc.aio server and its MessagingService, built from ``parts`` (broker/grpc/parts.py)."""
+
+    def __init__(self, parts: "GrpcParts", host: str, port: int) -> None:
+        self.parts = parts
         self.host = host
         self.port = port
         self.bind_addr: str | None = None
@@ -59,7 +61,7 @@ class GrpcEndpoint:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                                           ("grpc.so_reuseport", 0)])
-        credentials = server_credentials(self.broker.tls)
+        credentials = server_credentials(self.parts.tls)
         address = f"{self.host}:{self.port}"
         try:
             port = server.add_secure_port(address, credentials) if credentials is not None \
@@ -69,18 +71,20 @@ class GrpcEndpoint:
         if port == 0:
             raise OSError(98, f"cannot bind {self.host}:{self.port}")
         self.port = port
-        service = MessagingService(self.broker, port)
+        service = MessagingService(self.parts, port)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         await server.start()
         self._server, self._service = server, service
-        # transaction checks of producers connected over gRPC go out on their Telemetry streams
-        self.broker.transaction_service.add_check_recipient(service.transactions)
+        # transaction checks of producers connected over gRPC go out on their Telemetry streams; the POP service
+        # renews a client's deliveries while the client is alive (heard from lately on this endpoint)
+        self.parts.transactions.add_check_recipient(service.transactions)
+        self.parts.pop.client_alive = service.client_alive
         self.bind_addr = f"{self.host}:{port}" + (" (tls)" if credentials is not None else "")
 
     async def stop(self) -> None:
         server, self._server = self._server, None
         service, self._service = self._service, None
         if service is not None:
-            self.broker.transaction_service.remove_check_recipient(service.transactions)
+            self.parts.transactions.remove_check_recipient(service.transactions)
         if server is not None:
             await server.stop(grace=1.0)

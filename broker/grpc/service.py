@@ -34,7 +34,7 @@ from protocol.grpc import service_pb2_grpc
 from protocol.ids import decode_offset_msg_id, pack_host
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.grpc.parts import GrpcParts
 
 log = logging.getLogger(__name__)
 
@@ -130,21 +130,22 @@ def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """The RPCs 5.x producers call, backed by the broker's managers and request handlers."""
 
-    def __init__(self, broker: "Broker", grpc_port: int, sender: Any = None, ender: Any = None) -> None:
-        """``sender`` / ``ender``: the messaging core's send and end-transaction services (the broker's by
-        default)."""
-        self.broker = broker
-        self.sender = sender if sender is not None else broker.send_service
-        ender = ender if ender is not None else broker.end_transaction_service
+    def __init__(self, parts: "GrpcParts", grpc_port: int) -> None:
+        """``parts``: the narrow parts of the broker the RPCs use (broker/grpc/parts.py)."""
+        self.config = parts.config  # read live
+        self.topics = parts.topics
+        self.pop = parts.pop
+        self.records = parts.records
+        self.timer = parts.timer
+        self.sender = parts.sender
         self.grpc_port = grpc_port
         self.clients = ClientTable()
         self.settings = self.clients.settings  # client id -> its last Settings
         self.streams = TelemetryStreams()  # open Telemetry streams: where server-initiated commands go
-        self.transactions = GrpcTransactions(ender, self.streams)
+        self.transactions = GrpcTransactions(parts.ender, self.streams)
         self.last_seen = self.clients.last_seen  # client id -> monotonic time of its last call
-        broker.pop_service.client_alive = self.client_alive
-        self.access = GrpcAccess(broker.authorizer, CLIENT_ALIVE_MS / 1000)
-        self.consumers = ConsumerRpcs(broker.pop_core, broker.config.broker_name, self.settings.get, _client_id,
+        self.access = GrpcAccess(parts.authorizer, CLIENT_ALIVE_MS / 1000)
+        self.consumers = ConsumerRpcs(parts.pop_core, parts.config.broker_name, self.settings.get, _client_id,
                                       self._admit)
 
     def _seen(self, context: Any) -> str:
@@ -183,11 +184,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         problem = validate_topic(topic)
         if problem is not None:
             return spb.QueryRouteResponse(status=status(pb.ILLEGAL_TOPIC, problem))
-        config = self.broker.topic_config_manager.get(topic)
+        config = self.topics.get(topic)
         if config is None:
             return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, no_route_remark(topic)))
         endpoints = request.endpoints if request.endpoints.addresses else self._own_endpoints()
-        broker = pb.Broker(name=self.broker.config.broker_name, id=0, endpoints=endpoints)
+        broker = pb.Broker(name=self.config.broker_name, id=0, endpoints=endpoints)
         queues = []
         read, write = config.read_queue_nums, config.write_queue_nums
         accepted = accept_message_types(config)  # the topic's message type (attribute message.type)
@@ -201,7 +202,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     def _own_endpoints(self) -> pb.Endpoints:
-        host = self.broker.config.broker_ip1 or "127.0.0.1"
+        host = self.config.broker_ip1 or "127.0.0.1"
         return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=self.grpc_port)])
 
     # ---- client lifecycle ------------------------------------------------------------------------------------
@@ -247,8 +248,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         merged.CopyFrom(settings)
         merged.metric.on = False
         if settings.WhichOneof("pub_sub") == "publishing":
-            merged.publishing.max_body_size = self.broker.config.max_message_size  # the core's limit
-            merged.publishing.validate_message_type = self.broker.config.enable_topic_message_type_check
+            merged.publishing.max_body_size = self.config.max_message_size  # the core's limit
+            merged.publishing.validate_message_type = self.config.enable_topic_message_type_check
             merged.backoff_policy.max_attempts = 3
             backoff = merged.backoff_policy.exponential_backoff
             backoff.initial.CopyFrom(duration(10))
@@ -259,11 +260,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             subscription = merged.subscription
             subscription.receive_batch_size = MAX_BATCH
             subscription.long_polling_timeout.CopyFrom(
-                duration(self.broker.config.grpc_client_consumer_max_long_polling_timeout_millis))
+                duration(self.config.grpc_client_consumer_max_long_polling_timeout_millis))
             subscription.fifo = self.consumers.fifo(group)
             merged.backoff_policy.max_attempts = self.consumers.max_attempts(group)
             # the classic retry delays: levels 3.. of messageDelayLevel (10 s, 30 s, 1 m, ... 2 h)
-            levels = self.broker.config.delay_levels_ms()[2:]
+            levels = self.config.delay_levels_ms()[2:]
             merged.backoff_policy.customized_backoff.next.extend(duration(ms) for ms in levels)
         return merged
 
@@ -291,7 +292,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.access.release(client_id)
         settings = self.clients.forget(client_id)
         if client_id:
-            self.broker.pop_service.release_client(client_id)  # its auto-renewed deliveries come back soon
+            self.pop.release_client(client_id)  # its auto-renewed deliveries come back soon
         if settings is None:
             return spb.NotifyClientTerminationResponse(status=status(pb.UNRECOGNIZED_CLIENT_TYPE,
                                                                      "cannot find client settings for this client"))
@@ -322,7 +323,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 continue
             typed.messages.append(_core_message(message, peer, born_host))
             entries.append(None)
-        results = iter(self.sender.send_each(typed) if typed.messages else ())
+        results = iter(await self.sender.send_each_settled(typed) if typed.messages else ())
         sent = [m for m, e in zip(request.messages, entries) if e is None]
         answers = iter([await self._entry(m, next(results)) for m in sent])
         entries = [next(answers) if e is None else e for e in entries]
@@ -436,11 +437,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except ValueError:
             return spb.RecallMessageResponse(status=status(
                 pb.BAD_REQUEST, f"the recall handle {request.recall_handle[:80]!r} is not one this broker gave out"))
-        record = self.broker.store.look_record(phys)
+        record = self.records.look_record(phys)
         if record is None or record.topic != TIMER_TOPIC or record.properties.get("REAL_TOPIC") != topic \
                 or record.properties.get("UNIQ_KEY") != message_id:
             return spb.RecallMessageResponse(status=status(pb.NOT_FOUND, f"no timed message {message_id} of {topic}"))
-        if not self.broker.timer_service.recall(record):
+        if not self.timer.recall(record):
             return spb.RecallMessageResponse(status=status(
                 pb.NOT_FOUND, f"the timed message {message_id} was delivered or recalled already"))
         return spb.RecallMessageResponse(status=status(pb.OK), message_id=message_id)

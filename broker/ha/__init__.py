@@ -4,7 +4,18 @@ the slave's metadata copies (metadata_sync.py); the byte protocol is protocol/ha
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(slots=True)
+class HASlots:
+    """The broker's current HA listener (``master``: a master's, else None) and HA client (``slave``: a slave's, else
+    None). Held by the Broker and changed in place by the controller-mode role changes, so whoever reads them (the ack
+    rule, runtime info, the console, shutdown) sees the current ones."""
+
+    master: Any = None
+    slave: Any = None
 
 
 def replication_info(config: Any, master: Any, slave: Any, own_max_offset: Callable[[], int]) -> dict[str, Any]:

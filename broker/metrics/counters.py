@@ -1,5 +1,6 @@
 """The counters metrics keep, and the observers the owners call to feed them: the remoting server per send request,
-the pull processor per executed pull, the store per commit-log flush and per put (its arrival listener).
+the messaging core's send per gRPC send request, the pull processor per executed pull, the store per commit-log flush
+and per put (its arrival listener).
 
 Hot-path rule: nothing here runs per message; everything derivable from state (consumer lag, store size,
 connections, suspended pulls) is computed at scrape time (exposition.py). With ``metricsPort`` 0 only the cheap
@@ -128,6 +129,21 @@ class BrokerMetrics:
             topic = _send_topic(cmd)
             if topic is not None:
                 self.bytes_in[topic] += len(cmd.body)
+
+    def observe_core_send(self, topic: str, message_count: int, body_bytes: int, code: int, seconds: float) -> None:
+        """One send request settled by the messaging core (a gRPC SendMessage: remoting sends are observed by their
+        server), counted as a remoting send is: its latency, and its body bytes in, or the refusal."""
+        enabled = self.enabled
+        if enabled:
+            self.send_latency.observe(seconds)
+        if code not in _SEND_OK:
+            code_name = _response_name(code)
+            if enabled:
+                self.rejected[("send", code_name)] += 1
+            self.warnings.warning(("send", code), "rejected a send of %d message(s) to topic %s: %s",
+                                  message_count, topic, code_name)
+        elif enabled:
+            self.bytes_in[topic] += body_bytes
 
     def observe_pull(self, channel: Any, cmd: RemotingCommand, header: Any, response: RemotingCommand,
                      elapsed: float) -> None:

@@ -1,15 +1,10 @@
-"""What request processors share: the group-name checks (with a memo of names that passed), and the legacy base
-that binds the broker's parts for the processors not yet built on narrow parts (send, pull, transaction)."""
+"""What request processors share: the group-name checks (with a memo of names that passed). Every processor is
+constructed with the narrow parts it uses, never the Broker."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.managers.derived_names import CONSUMER_GROUP_MAX_LENGTH, consumer_group_problem
 from broker.managers.topic_config import validate_group
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 _VALID_GROUPS_LIMIT = 100_000
 
@@ -38,19 +33,3 @@ class GroupChecks:
             return None
         problem = self.group_problem(group)
         return problem if problem is not None else consumer_group_problem(group)
-
-
-class BrokerProcessor(GroupChecks):
-    """Legacy: binds the broker's store and managers as attributes. Only the send, pull and transaction processors
-    still use it (they are being rebuilt on the protocol-neutral core); every other processor is constructed with
-    the narrow parts it uses."""
-
-    def __init__(self, broker: "Broker") -> None:
-        super().__init__()
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.topics = broker.topic_config_manager
-        self.groups = broker.subscription_group_manager
-        self.consumers = broker.consumer_manager
-        self.offsets = broker.consumer_offset_manager

@@ -74,3 +74,40 @@ async def test_metrics_after_traffic(broker_factory):
         None, http_get, f"http://127.0.0.1:{port}/nothing-here")
     assert status == 404
     assert "rejected SEND_MESSAGE_V2" in broker.log_text()  # warnings reach the log even at WARNING level
+
+
+async def test_grpc_sends_count_as_remoting_sends(grpc_broker_factory):
+    """A gRPC SendMessage goes straight to the messaging core: it is counted once per request (latency, bytes in, or
+    the refusal) as a remoting send is, and a remoting send beside it is not counted twice."""
+    import grpc
+
+    from protocol.grpc import definition_pb2 as pb
+    from protocol.grpc import service_pb2 as spb
+    from protocol.grpc import service_pb2_grpc
+
+    port = free_port()
+    broker = grpc_broker_factory(metricsPort=port)
+    metadata = (("x-mq-client-id", "metrics-test@1@1@abc"),)
+
+    def message(topic: str, i: int) -> pb.Message:
+        return pb.Message(topic=pb.Resource(name=topic), body=b"g" * 100, system_properties=pb.SystemProperties(
+            message_id=f"METRICS{i:04d}", message_type=pb.NORMAL, body_encoding=pb.IDENTITY))
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        sent = await stub.SendMessage(spb.SendMessageRequest(messages=[message("GTopic", i) for i in range(3)]),
+                                      metadata=metadata, timeout=10)
+        assert sent.status.code == pb.OK, sent.status.message
+        refused = await stub.SendMessage(spb.SendMessageRequest(messages=[message("SCHEDULE_TOPIC_XXXX", 9)]),
+                                         metadata=metadata, timeout=10)
+        assert refused.status.code == pb.FORBIDDEN, refused.status
+    async with await WireClient.connect(broker.addr) as client:
+        resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("GTopic", 0), b"r" * 50)
+        assert resp.code == 0
+
+    m = await scrape(port)
+    assert m[("rocketmq_messages_in_total", (("topic", "GTopic"),))] == 4
+    assert m[("rocketmq_bytes_in_total", (("topic", "GTopic"),))] == 350  # 3 x 100 over gRPC, 50 over remoting
+    assert m[("rocketmq_send_latency_seconds_count", ())] == 3  # per request: two gRPC, one remoting
+    assert m[("rocketmq_requests_rejected_total", (("code", "NO_PERMISSION"), ("family", "send")))] == 1
+    assert "rejected a send of 1 message(s) to topic SCHEDULE_TOPIC_XXXX" in broker.log_text()
