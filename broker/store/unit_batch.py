@@ -159,20 +159,28 @@ def _runs(mfq: Any, phys: list[int], sizes: list[int], taken: int, total: int,
 def _views(mfq: Any, starts: list[int], ends: list[int], first_sizes: list[int], lengths: list[int]) -> list | None:
     """One view per run [start, end) of ``length`` records; None when a run is not inside one file's written data,
     does not start with a record of its first unit's size or does not end on a record."""
-    buffers = []
+    buffers: list = []
+    append = buffers.append
+    head = _SIZE_MAGIC.unpack_from
+    mf = mm = view = None
+    base = lo = hi = 0
     for start_offset, end_offset, first_size, length in zip(starts, ends, first_sizes, lengths):
-        mf = mfq.find(start_offset)
-        if mf is None:
-            return None
-        base = mf.file_from_offset
+        if start_offset < lo or end_offset > hi:  # not in the file of the run before
+            mf = mfq.find(start_offset)
+            if mf is None:
+                return None
+            base = lo = mf.file_from_offset
+            hi = base + mf.wrote_position
+            if end_offset > hi:
+                return None
+            mm = mf.mm
+            view = mf.view
         pos = start_offset - base
-        end = end_offset - base
-        if end > mf.wrote_position:
-            return None
-        rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+        rec_size, magic = head(mm, pos)
         if rec_size != first_size or (magic != MAGIC_V1 and magic != MAGIC_V2):
             return None
+        end = end_offset - base
         if length > 1 and not ends_on_record(mf, end):
             return None
-        buffers.append(mf.view[pos:end])
+        append(view[pos:end])
     return buffers
