@@ -96,7 +96,8 @@ def read_unit_batch(mfq: Any, units: Any, count: int, max_nums: int, max_bytes: 
         if taken < count:
             del phys[taken:], sizes[taken:]
         if phys == starts[:taken]:  # one run of adjacent records (their units in log order, as always)
-            return _views(mfq, [first], [first + total], [sizes[0]], [taken]), taken, total, taken, 0, 0
+            buffers = _views(mfq, [first], [first + total], [sizes[0]], [taken])
+            return None if buffers is None else (buffers, taken, total, taken, 0, 0)
         # runs: within a run of adjacent records a record's offset minus where it would start if all were
         # adjacent is one constant; it grows from run to run (found by bisection, each run checked whole)
         drift = list(map(sub, phys, starts))
