@@ -8,7 +8,8 @@ bench/spark_network.py sends them) into an in-process Broker's store under --dir
 this checkout, removed at the end unless --keep; an existing store there is reused). Then reads every queue from 0
 with pulls of --pull messages (the Spark network reader's request: its own subscription, sysFlag 0x4), unfiltered,
 with a TAG filter matching 4 of the 16 tags, and --rounds times each; prints the median CPU µs per message returned
-and per consume-queue unit examined.
+and per consume-queue unit examined. With PYTHONPATH set, the broker of that tree is timed (before/after: run it
+with PYTHONPATH on each checkout against one kept store).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if not os.environ.get("PYTHONPATH"):  # PYTHONPATH set: time that tree's broker (an A/B against another checkout)
+    sys.path.insert(0, ROOT)
 
 from broker.broker import Broker  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
