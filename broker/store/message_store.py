@@ -15,7 +15,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 
-from protocol.message import (BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record,
+from protocol.message import (MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, MessageRecord, RecordError, decode_record,
                               record_names_problem_at)
 
 from .recovery import recover, redispatch
@@ -28,6 +28,7 @@ from .index import IndexService
 from .lock import StoreDirectoryLock
 from .mapped_file import StoreFileError, remove_file
 from .retention import ConsumerOffsetsSource, RetentionService, disk_used_ratio
+from .unit_batch import ends_on_record, read_unit_batch
 from .tombstones import FILE_NAME as TOMBSTONES_FILE, TopicTombstones
 from .types import GetResult, GetStatus, IllegalRecordError, QueryResult, StoreConfig
 
@@ -38,17 +39,6 @@ log = logging.getLogger(__name__)
 _PULL_HARD_CAP = 128 * 1024 * 1024
 _SKIP_LOG_INTERVAL_S = 10.0
 _SIZE_MAGIC = struct.Struct(">ii")
-
-
-def _ends_on_record(mf, end: int) -> bool:
-    """True when file position ``end`` is where the written data ends or a record (or the end-of-file marker)
-    starts: the records of a run before it had the sizes their units claim."""
-    if end == mf.wrote_position:
-        return True
-    if end + 8 > mf.wrote_position:
-        return False
-    rec_size, magic = _SIZE_MAGIC.unpack_from(mf.mm, end)
-    return rec_size > 0 and (magic == MAGIC_V1 or magic == MAGIC_V2 or magic == BLANK_MAGIC)
 
 
 def _visible_units(units, count: int, limit: int) -> int:
@@ -312,7 +302,11 @@ class MessageStore(MessageAppender):
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
             units = units[:scan * UNIT_SIZE]
 
-        read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, False)
+        read = None
+        if record_filter is None:  # per batch; None when the slice holds something the walk must look at
+            read = read_unit_batch(self.commit_log.mfq, units, scan, max_nums, max_bytes, tag_filter)
+        if read is None:
+            read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, False)
         if read is None:  # a record run did not end on a record boundary: some unit has a wrong size
             read = self._read_units(units, max_nums, max_bytes, tag_filter, record_filter, True)
         buffers, count, total, examined, missing, fillers = read
@@ -391,7 +385,7 @@ class MessageStore(MessageAppender):
                 run_len += 1
             else:
                 if run_file is not None:
-                    if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+                    if run_len > 1 and not strict and not ends_on_record(run_file, run_end):
                         return None
                     buffers.append(run_file.view[run_start:run_end])
                 run_file = mf
@@ -401,7 +395,7 @@ class MessageStore(MessageAppender):
             count += 1
             total += size
         if run_file is not None:
-            if run_len > 1 and not strict and not _ends_on_record(run_file, run_end):
+            if run_len > 1 and not strict and not ends_on_record(run_file, run_end):
                 return None
             buffers.append(run_file.view[run_start:run_end])
         return buffers, count, total, examined, missing, fillers
