@@ -85,6 +85,9 @@ STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
 _SUCCESS = int(ResponseCode.SUCCESS)
 _LOCAL = Requester("127.0.0.1:0", "console")
 _DEFERRED = object()  # send_run: this request's message waits for its queue's append
+#: the properties that make a message other than NORMAL (topic_message_type.message_type_of)
+_TYPED_PROPERTIES = frozenset({"TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                               "__SHARDINGKEY"})
 
 
 # ---- the typed request and result ----------------------------------------------------------------------------------
@@ -174,17 +177,42 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+class _MessageIds(Sequence[str]):
+    """A put's offset message ids, formatted only when read (a gRPC answer names none but a timed message's)."""
+
+    __slots__ = ("_put",)
+
+    def __init__(self, put: PutResult) -> None:
+        self._put = put
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._put.msg_ids[index]
+
+    def __len__(self) -> int:
+        return len(self._put.physical_offsets)
+
+    def __iter__(self) -> Any:
+        return iter(self._put.msg_ids)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._put.msg_ids)
+
+
 def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: bool = False,
                    batch: bool = False) -> Outcome[SendResult]:
     """The Outcome of a put: SUCCESS (or a stored-but-late code, remark = the put status) with the SendResult, else
     the refusal."""
     status = result.status
     if status is PutStatus.PUT_OK:
-        return Outcome(_SUCCESS, "", SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+        return Outcome(_SUCCESS, "", SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id,
+                                                timed))
     code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
     if code in STORED_CODES:
         return Outcome(int(code), status.name,
-                       SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+                       SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
     return Outcome(int(code), result.remark or f"put message failed: {status.name}")
 
 
@@ -329,11 +357,11 @@ class SendService:
         if sharding_key:
             return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % queues
         if picks is None:
-            return self.random.randrange(99_999_999) % queues
+            return self.random.getrandbits(30) % queues
         topic = topic_config.topic_name
         picked = picks.get(topic)
         if picked is None:
-            picked = picks[topic] = self.random.randrange(99_999_999) % queues
+            picked = picks[topic] = self.random.getrandbits(30) % queues
         return picked
 
     @staticmethod
@@ -342,6 +370,8 @@ class SendService:
         topic (an untyped one is NORMAL), as the reference's proxy; remoting checks only topics given a type, since
         the reference's own port checks none and 4.x producers send delay and transactional messages to plain
         topics."""
+        if not getattr(topic_config, "attributes", None) and _TYPED_PROPERTIES.isdisjoint(props):
+            return None  # an untyped topic (NORMAL) and a plain (NORMAL) message: nothing to refuse either way
         check = send_type_problem if request.requester.protocol == "grpc" else remoting_type_problem
         problem = check(True, topic_config, props)
         return None if problem is None else Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, problem, REASON_MESSAGE_TYPE)
