@@ -22,7 +22,7 @@ from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASO
                               REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, accept_message_types, duration, no_route_remark, status
-from broker.grpc.consumer import ConsumerRpcs
+from broker.grpc.consumer import ConsumerRpcs, closing_frame
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
@@ -102,7 +102,7 @@ def _packed(peer: str) -> bytes:
         return pack_host("127.0.0.1", 0)
 
 
-def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
+def _core_message(message: pb.Message, peer: str, born_host: bytes, body: bytes) -> Message:
     """A 5.x message as the core's: its system properties as the stored properties a remoting producer would send
     (TAGS, KEYS, UNIQ_KEY = message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP =
     the topic), a delivery time as TIMER_DELIVER_MS, a transactional one as a half message."""
@@ -120,7 +120,8 @@ def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
     if sp.HasField("trace_context"):
         props["TRACE_CONTEXT"] = sp.trace_context
     props["__BORNHOST"] = sp.born_host or peer
-    born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+    born = sp.born_timestamp
+    born_ms = born.seconds * 1000 + born.nanos // 1_000_000
     props["BORN_TIMESTAMP"] = str(born_ms)
     props["PGROUP"] = topic
     transactional = sp.message_type == pb.TRANSACTION
@@ -129,12 +130,13 @@ def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
     if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
         half_send_properties(props, message)
     sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
-    return Message(bytes(message.body), None, props, 0, sys_flag, born_ms, born_host)
+    return Message(body, None, props, 0, sys_flag, born_ms, born_host)
 
 
 _VALID_TOPICS: set[str] = set()  # topic names that passed validate_topic (bounded)
 _SENDERS: dict[tuple[str, str], tuple[Requester, bytes]] = {}  # (gRPC peer, client id) -> requester, born host
 _OK = status(pb.OK)
+_SUCCESS = int(ResponseCode.SUCCESS)
 
 
 def _sender(context: Any) -> tuple[Requester, bytes]:
@@ -361,26 +363,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         peer = requester.remote_addr
         if len(messages) == 1:  # the usual shape: no bookkeeping of which entries were sent
             message = messages[0]
-            problem = self._invalid(message)
+            body = message.body  # a copy each time it is read: read once
+            problem = self._invalid(message, body)
             if problem is not None:
                 entry = spb.SendResultEntry(status=status(*problem), message_id=message.system_properties.message_id)
                 return spb.SendMessageResponse(status=entry.status, entries=[entry])
-            typed.messages.append(_core_message(message, peer, born_host))
-            result = self.sender.send_each(typed)[0]
-            if isinstance(result, BaseException):
-                raise result
+            typed.messages.append(_core_message(message, peer, born_host, body))
+            result = self.sender.send(typed)
             if type(result) is not Outcome:
                 result = await result
+            value = result.value
+            if result.code == _SUCCESS and value is not None and not value.timed:  # the usual answer, built in place
+                response = spb.SendMessageResponse(status=_OK)
+                message_id = message.system_properties.message_id
+                response.entries.add(status=_OK, message_id=message_id, offset=value.queue_offset,
+                                     transaction_id=message_id)
+                return response
             entry = _entry(message, result)
             return spb.SendMessageResponse(status=entry.status, entries=[entry])
         entries: list[spb.SendResultEntry | None] = []
         for message in messages:
-            problem = self._invalid(message)
+            body = message.body
+            problem = self._invalid(message, body)
             if problem is not None:
                 entries.append(spb.SendResultEntry(status=status(*problem),
                                                    message_id=message.system_properties.message_id))
                 continue
-            typed.messages.append(_core_message(message, peer, born_host))
+            typed.messages.append(_core_message(message, peer, born_host, body))
             entries.append(None)
         results = iter(self.sender.send_each(typed) if typed.messages else ())
         sent = [m for m, e in zip(messages, entries) if e is None]
@@ -403,7 +412,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return _entry(message, result if type(result) is Outcome else await result)
 
     @staticmethod
-    def _invalid(message: pb.Message) -> tuple[int, str] | None:
+    def _invalid(message: pb.Message, body: bytes) -> tuple[int, str] | None:
         """What the 5.x protocol refuses in a message's shape (names, ids, reserved properties); sizes and every
         other check are the core's."""
         sp = message.system_properties
@@ -415,7 +424,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if len(_VALID_TOPICS) >= 4096:
                 _VALID_TOPICS.clear()
             _VALID_TOPICS.add(topic)
-        if not message.body:
+        if not body:
             return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
         user_properties = message.user_properties
         if user_properties:
@@ -451,8 +460,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # decoded, authorized (on the typed request), executed and answered in broker/grpc/consumer.py
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        async for frame in self.consumers.receive(request, context):  # grpc.aio needs an async generator here
+        # grpc.aio needs an async generator here; the frames come as a list (no second generator step per frame)
+        for frame in await self.consumers.receive_frames(request, context):
             yield frame
+        yield closing_frame()
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         return await self.consumers.ack(request, context)
