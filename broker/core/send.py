@@ -280,6 +280,7 @@ class SendService:
         exception one raised."""
         deferred: list | None = None if self.sync_flush or self.replication.sync_master else []
         picks: dict[str, int] = {}
+        checked: dict[tuple, TopicConfig] = {}  # the run's (topic, group, queue) that passed check_topic
         results: list[Any] = []
         single = self._single
         for request in requests:
@@ -287,7 +288,7 @@ class SendService:
                 if request.batch or len(request.messages) != 1:
                     results.append(self.send(request))
                 else:
-                    results.append(single(request, request.messages[0], deferred, picks))
+                    results.append(single(request, request.messages[0], deferred, picks, checked))
             except Exception as exc:  # noqa: BLE001 - answered per request by the caller
                 results.append(exc)
         if deferred:
@@ -370,17 +371,20 @@ class SendService:
         topic (an untyped one is NORMAL), as the reference's proxy; remoting checks only topics given a type, since
         the reference's own port checks none and 4.x producers send delay and transactional messages to plain
         topics."""
-        if not getattr(topic_config, "attributes", None) and _TYPED_PROPERTIES.isdisjoint(props):
-            return None  # an untyped topic (NORMAL) and a plain (NORMAL) message: nothing to refuse either way
-        check = send_type_problem if request.requester.protocol == "grpc" else remoting_type_problem
+        grpc = request.requester.protocol == "grpc"
+        if not getattr(topic_config, "attributes", None) and (not grpc or _TYPED_PROPERTIES.isdisjoint(props)):
+            return None  # an untyped topic: remoting checks nothing; gRPC takes it as NORMAL, as is a plain message
+        check = send_type_problem if grpc else remoting_type_problem
         problem = check(True, topic_config, props)
         return None if problem is None else Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, problem, REASON_MESSAGE_TYPE)
 
     # ---- one message ---------------------------------------------------------------------------------------------
     def _single(self, request: SendRequest, message: Message, deferred: list | None,
-                picks: dict[str, int] | None) -> Any:
+                picks: dict[str, int] | None, checked: dict[tuple, TopicConfig] | None = None) -> Any:
         """Check and build the message, then store it; with ``deferred`` (a run, ASYNC_FLUSH) a plain message is
-        added there and _DEFERRED returned: send_run stores it with the others of its queue."""
+        added there and _DEFERRED returned: send_run stores it with the others of its queue. ``checked``: a run's
+        topic checks already passed (the same topic, group and queue pass again within one run: nothing they read
+        can change between two messages of it)."""
         props = message.properties
         props_text = message.properties_text
         if props is not None and props_text is None:
@@ -392,9 +396,18 @@ class SendService:
             refusal = limits.properties_refusal(props_text)
             if refusal is not None:
                 return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal, REASON_PROPERTIES_TOO_LARGE)
-        topic_config, refusal = self.check_topic(request)
-        if refusal is not None:
-            return refusal
+        if checked is None:
+            topic_config, refusal = self.check_topic(request)
+            if refusal is not None:
+                return refusal
+        else:
+            key = (request.topic, request.producer_group, request.queue_id)
+            topic_config = checked.get(key)
+            if topic_config is None:
+                topic_config, refusal = self.check_topic(request)
+                if refusal is not None:
+                    return refusal
+                checked[key] = topic_config
         topic = request.topic
         body = message.body
         if len(body) > self.max_body:
