@@ -20,7 +20,6 @@ between calls: such a call costs 3-5 times a hot one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import statistics
