@@ -102,21 +102,54 @@ def _packed(peer: str) -> bytes:
         return pack_host("127.0.0.1", 0)
 
 
-def _core_message(message: pb.Message, peer: str, born_host: bytes, body: bytes) -> Message:
-    """A 5.x message as the core's: its system properties as the stored properties a remoting producer would send
-    (TAGS, KEYS, UNIQ_KEY = message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP =
-    the topic), a delivery time as TIMER_DELIVER_MS, a transactional one as a half message."""
-    sp = message.system_properties
+def _translate(message: pb.Message, peer: str, born_host: bytes, body: bytes) -> Message | tuple[int, str]:
+    """A 5.x message as the core's, or what the 5.x protocol refuses in its shape (names, ids, reserved properties)
+    as (code, text); sizes and every other check are the core's. Each protobuf field is read once.
+
+    The stored properties are those a remoting producer would send: the user properties, TAGS, KEYS, UNIQ_KEY =
+    message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP = the topic; a delivery
+    time as TIMER_DELIVER_MS, a transactional message as a half message."""
     topic = message.topic.name
+    if topic not in _VALID_TOPICS:
+        problem = validate_topic(topic)
+        if problem is not None:
+            return pb.ILLEGAL_TOPIC, problem
+        if len(_VALID_TOPICS) >= 4096:
+            _VALID_TOPICS.clear()
+        _VALID_TOPICS.add(topic)
+    if not body:
+        return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
     user_properties = message.user_properties
-    props = dict(user_properties) if user_properties else {}
+    if user_properties:
+        if len(user_properties) > MAX_USER_PROPERTIES:
+            return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
+        props = dict(user_properties)
+        for name, value in props.items():
+            if name in SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
+                return pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is reserved or has control characters"
+    else:
+        props = {}
+    sp = message.system_properties
     if sp.HasField("tag"):
-        props["TAGS"] = sp.tag
-    if sp.keys:
-        props["KEYS"] = " ".join(sp.keys)
-    props["UNIQ_KEY"] = sp.message_id
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or _has_control(tag):
+            return pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or has '|' or control characters"
+        props["TAGS"] = tag
+    keys = sp.keys
+    if keys:
+        for key in keys:
+            if not key.strip() or _has_control(key):
+                return pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or has control characters"
+        props["KEYS"] = " ".join(keys)
+    message_id = sp.message_id
+    if not message_id:
+        return pb.ILLEGAL_MESSAGE_ID, "the message has no message_id"
+    props["UNIQ_KEY"] = message_id
     if sp.HasField("message_group"):
-        props["__SHARDINGKEY"] = sp.message_group
+        group = sp.message_group
+        if not group.strip() or len(group.encode()) >= 64 or _has_control(group):
+            return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
+        props["__SHARDINGKEY"] = group
     if sp.HasField("trace_context"):
         props["TRACE_CONTEXT"] = sp.trace_context
     props["__BORNHOST"] = sp.born_host or peer
@@ -125,10 +158,11 @@ def _core_message(message: pb.Message, peer: str, born_host: bytes, body: bytes)
     props["BORN_TIMESTAMP"] = str(born_ms)
     props["PGROUP"] = topic
     transactional = sp.message_type == pb.TRANSACTION
-    if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
-        props["TIMER_DELIVER_MS"] = str(sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000)
     if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
         half_send_properties(props, message)
+    elif sp.HasField("delivery_timestamp"):  # the broker's 5.x timer (broker/timer)
+        deliver = sp.delivery_timestamp
+        props["TIMER_DELIVER_MS"] = str(deliver.seconds * 1000 + deliver.nanos // 1_000_000)
     sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
     return Message(body, None, props, 0, sys_flag, born_ms, born_host)
 
@@ -363,12 +397,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         peer = requester.remote_addr
         if len(messages) == 1:  # the usual shape: no bookkeeping of which entries were sent
             message = messages[0]
-            body = message.body  # a copy each time it is read: read once
-            problem = self._invalid(message, body)
-            if problem is not None:
-                entry = spb.SendResultEntry(status=status(*problem), message_id=message.system_properties.message_id)
+            translated = _translate(message, peer, born_host, message.body)  # body: a copy each time it is read
+            if type(translated) is tuple:
+                entry = spb.SendResultEntry(status=status(*translated),
+                                            message_id=message.system_properties.message_id)
                 return spb.SendMessageResponse(status=entry.status, entries=[entry])
-            typed.messages.append(_core_message(message, peer, born_host, body))
+            typed.messages.append(translated)
             result = self.sender.send(typed)
             if type(result) is not Outcome:
                 result = await result
@@ -383,13 +417,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=entry.status, entries=[entry])
         entries: list[spb.SendResultEntry | None] = []
         for message in messages:
-            body = message.body
-            problem = self._invalid(message, body)
-            if problem is not None:
-                entries.append(spb.SendResultEntry(status=status(*problem),
+            translated = _translate(message, peer, born_host, message.body)
+            if type(translated) is tuple:
+                entries.append(spb.SendResultEntry(status=status(*translated),
                                                    message_id=message.system_properties.message_id))
                 continue
-            typed.messages.append(_core_message(message, peer, born_host, body))
+            typed.messages.append(translated)
             entries.append(None)
         results = iter(self.sender.send_each(typed) if typed.messages else ())
         sent = [m for m, e in zip(messages, entries) if e is None]
@@ -410,43 +443,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if isinstance(result, BaseException):
             raise result
         return _entry(message, result if type(result) is Outcome else await result)
-
-    @staticmethod
-    def _invalid(message: pb.Message, body: bytes) -> tuple[int, str] | None:
-        """What the 5.x protocol refuses in a message's shape (names, ids, reserved properties); sizes and every
-        other check are the core's."""
-        sp = message.system_properties
-        topic = message.topic.name
-        if topic not in _VALID_TOPICS:
-            problem = validate_topic(topic)
-            if problem is not None:
-                return pb.ILLEGAL_TOPIC, problem
-            if len(_VALID_TOPICS) >= 4096:
-                _VALID_TOPICS.clear()
-            _VALID_TOPICS.add(topic)
-        if not body:
-            return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
-        user_properties = message.user_properties
-        if user_properties:
-            if len(user_properties) > MAX_USER_PROPERTIES:
-                return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
-            for name, value in user_properties.items():
-                if name in SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
-                    return (pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                            f"user property {name!r} is reserved or has control characters")
-        if sp.HasField("tag"):
-            tag = sp.tag
-            if not tag.strip() or "|" in tag or _has_control(tag):
-                return pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or has '|' or control characters"
-        for key in sp.keys:
-            if not key.strip() or _has_control(key):
-                return pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or has control characters"
-        if not sp.message_id:
-            return pb.ILLEGAL_MESSAGE_ID, "the message has no message_id"
-        if sp.HasField("message_group") and (not sp.message_group.strip() or len(sp.message_group.encode()) >= 64
-                                            or _has_control(sp.message_group)):
-            return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
-        return None
 
     # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
