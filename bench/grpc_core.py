@@ -11,6 +11,9 @@ drives each workload against both, one after the other, ``--rounds`` times:
   send16    the same with 16 calls in flight
   receive   ReceiveMessage of up to 32 (a server stream), then one AckMessage with every receipt handle received
 
+The floor's fixed replies carry the fields the broker's do (a send entry's transaction id; a delivery's digest,
+store time and host, queue, receipt handle and invisible time).
+
 For each: calls (or messages) per second and the server's CPU per call (from /proc), and two ratios to the floor:
 throughput (ours / floor) and CPU (floor CPU per call / ours). The issue's target is >= 0.8x. Medians of the rounds
 are printed. Before each receive run the broker's topic is topped up (untimed, remoting batches) with more messages
@@ -57,11 +60,18 @@ def floor_server(port: int) -> None:
 
     ok = pb.Status(code=pb.OK, message="OK")
     send_reply = spb.SendMessageResponse(status=ok, entries=[spb.SendResultEntry(
-        status=ok, message_id="01C0A8000100002A9F0000000000000001", offset=1)])
+        status=ok, message_id="01C0A8000100002A9F0000000000000001", offset=1,
+        transaction_id="01C0A8000100002A9F0000000000000001")])
+    # a delivery with the fields the broker's carry (digest, store time and host, queue, receipt handle, invisible
+    # time), so both sides frame and serialize the same amount
     message = sample_message(pb)
-    message.system_properties.receipt_handle = "fixed-receipt-handle-of-a-plausible-length-0123456789abcdef"
-    message.system_properties.queue_offset = 1
-    message.system_properties.delivery_attempt = 1
+    sp = message.system_properties
+    sp.receipt_handle = "12345 1700000000000 30000 0 0 bench-broker 1 12345 3703500"
+    sp.queue_id, sp.queue_offset, sp.delivery_attempt = 1, 12345, 1
+    sp.born_host = "127.0.0.1:50000"
+    sp.body_digest.type, sp.body_digest.checksum = pb.MD5, "0" * 32
+    sp.store_timestamp.seconds, sp.store_host = sp.born_timestamp.seconds, "127.0.0.1:10911"
+    sp.invisible_duration.seconds = 30
     received = [spb.ReceiveMessageResponse(status=ok)] + \
         [spb.ReceiveMessageResponse(message=message) for _ in range(32)] + \
         [spb.ReceiveMessageResponse(delivery_timestamp=message.system_properties.born_timestamp)]
