@@ -163,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             ours = runner.run(run_ours(f"127.0.0.1:{namesrv_port}", args, broker.pid))
         broker.stop()
-        for name in [p for p in args.peers.split(",") if p]:
-            server_class = PEERS[name]
+        for name in [p for p in args.peers.split(",") if p and p != "none"]:  # "none": only our own figures
+            server_class = PEERS.get(name)
+            if server_class is None:
+                skipped[name] = f"unknown peer (known: {', '.join(PEERS)}, or none)"
+                print(f"  {name}: skipped ({skipped[name]})", file=sys.stderr)
+                continue
             if not server_class.installed():
                 skipped[name] = f"{server_class.binary} not installed"
                 print(f"  {name}: skipped ({skipped[name]})", file=sys.stderr)

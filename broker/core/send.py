@@ -85,6 +85,9 @@ STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
 _SUCCESS = int(ResponseCode.SUCCESS)
 _LOCAL = Requester("127.0.0.1:0", "console")
 _DEFERRED = object()  # send_run: this request's message waits for its queue's append
+#: the properties that make a message other than NORMAL (topic_message_type.message_type_of)
+_TYPED_PROPERTIES = frozenset({"TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                               "__SHARDINGKEY"})
 
 
 # ---- the typed request and result ----------------------------------------------------------------------------------
@@ -181,17 +184,42 @@ def _utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+class _MessageIds(Sequence[str]):
+    """A put's offset message ids, formatted only when read (a gRPC answer names none but a timed message's)."""
+
+    __slots__ = ("_put",)
+
+    def __init__(self, put: PutResult) -> None:
+        self._put = put
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._put.msg_ids[index]
+
+    def __len__(self) -> int:
+        return len(self._put.physical_offsets)
+
+    def __iter__(self) -> Any:
+        return iter(self._put.msg_ids)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._put.msg_ids)
+
+
 def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: bool = False,
                    batch: bool = False) -> Outcome[SendResult]:
     """The Outcome of a put: SUCCESS (or a stored-but-late code, remark = the put status) with the SendResult, else
     the refusal."""
     status = result.status
     if status is PutStatus.PUT_OK:
-        return Outcome(_SUCCESS, "", SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+        return Outcome(_SUCCESS, "", SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id,
+                                                timed))
     code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
     if code in STORED_CODES:
         return Outcome(int(code), status.name,
-                       SendResult(result.msg_ids, queue_id, result.queue_offset, transaction_id, timed))
+                       SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
     return Outcome(int(code), result.remark or f"put message failed: {status.name}")
 
 
@@ -287,6 +315,7 @@ class SendService:
         exception one raised."""
         deferred: list | None = None if self.sync_flush or self.replication.sync_master else []
         picks: dict[str, int] = {}
+        checked: dict[tuple, TopicConfig] = {}  # the run's (topic, group, queue) that passed check_topic
         results: list[Any] = []
         single = self._single
         for request in requests:
@@ -294,7 +323,7 @@ class SendService:
                 if request.batch or len(request.messages) != 1:
                     results.append(self.send(request))
                 else:
-                    results.append(single(request, request.messages[0], deferred, picks))
+                    results.append(single(request, request.messages[0], deferred, picks, checked))
             except Exception as exc:  # noqa: BLE001 - answered per request by the caller
                 results.append(exc)
         if deferred:
@@ -364,11 +393,11 @@ class SendService:
         if sharding_key:
             return (zlib.crc32(sharding_key.encode()) & 0x7FFFFFFF) % queues
         if picks is None:
-            return self.random.randrange(99_999_999) % queues
+            return self.random.getrandbits(30) % queues
         topic = topic_config.topic_name
         picked = picks.get(topic)
         if picked is None:
-            picked = picks[topic] = self.random.randrange(99_999_999) % queues
+            picked = picks[topic] = self.random.getrandbits(30) % queues
         return picked
 
     @staticmethod
@@ -377,15 +406,20 @@ class SendService:
         topic (an untyped one is NORMAL), as the reference's proxy; remoting checks only topics given a type, since
         the reference's own port checks none and 4.x producers send delay and transactional messages to plain
         topics."""
-        check = send_type_problem if request.requester.protocol == "grpc" else remoting_type_problem
+        grpc = request.requester.protocol == "grpc"
+        if not getattr(topic_config, "attributes", None) and (not grpc or _TYPED_PROPERTIES.isdisjoint(props)):
+            return None  # an untyped topic: remoting checks nothing; gRPC takes it as NORMAL, as is a plain message
+        check = send_type_problem if grpc else remoting_type_problem
         problem = check(True, topic_config, props)
         return None if problem is None else Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, problem, REASON_MESSAGE_TYPE)
 
     # ---- one message ---------------------------------------------------------------------------------------------
     def _single(self, request: SendRequest, message: Message, deferred: list | None,
-                picks: dict[str, int] | None) -> Any:
+                picks: dict[str, int] | None, checked: dict[tuple, TopicConfig] | None = None) -> Any:
         """Check and build the message, then store it; with ``deferred`` (a run, ASYNC_FLUSH) a plain message is
-        added there and _DEFERRED returned: send_run stores it with the others of its queue."""
+        added there and _DEFERRED returned: send_run stores it with the others of its queue. ``checked``: a run's
+        topic checks already passed (the same topic, group and queue pass again within one run: nothing they read
+        can change between two messages of it)."""
         props = message.properties
         props_text = message.properties_text
         if props is not None and props_text is None:
@@ -397,9 +431,18 @@ class SendService:
             refusal = limits.properties_refusal(props_text)
             if refusal is not None:
                 return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal, REASON_PROPERTIES_TOO_LARGE)
-        topic_config, refusal = self.check_topic(request)
-        if refusal is not None:
-            return refusal
+        if checked is None:
+            topic_config, refusal = self.check_topic(request)
+            if refusal is not None:
+                return refusal
+        else:
+            key = (request.topic, request.producer_group, request.queue_id)
+            topic_config = checked.get(key)
+            if topic_config is None:
+                topic_config, refusal = self.check_topic(request)
+                if refusal is not None:
+                    return refusal
+                checked[key] = topic_config
         topic = request.topic
         body = message.body
         if len(body) > self.max_body:

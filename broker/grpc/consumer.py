@@ -79,6 +79,11 @@ def change_request(request: spb.ChangeInvisibleDurationRequest) -> ChangeInvisib
 
 
 # ---- typed -> wire ---------------------------------------------------------------------------------------------
+def closing_frame() -> spb.ReceiveMessageResponse:
+    """A receive's closing frame: the server's clock when the answer is complete, as the reference stamps it."""
+    return spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+
+
 def message_frame(delivery: Delivery) -> spb.ReceiveMessageResponse:
     """One delivery as the SDKs expect it (reference §10), built in place in its response frame (no copies): id =
     UNIQ_KEY, an upper-case MD5 digest, tag, keys, group, the application's properties only, the receipt handle and
@@ -173,6 +178,15 @@ class ConsumerRpcs:
     # ---- ReceiveMessage ------------------------------------------------------------------------------------
     async def receive(self, request: spb.ReceiveMessageRequest,
                       context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        for frame in await self.receive_frames(request, context):
+            yield frame
+        yield closing_frame()
+
+    async def receive_frames(self, request: spb.ReceiveMessageRequest,
+                             context: Any) -> list[spb.ReceiveMessageResponse]:
+        """The answer's frames but the closing one (``closing_frame()``, stamped when they are written): a status,
+        then one per message. A list, so the servicer's own generator yields them without a second generator's
+        step per frame."""
         client_id = self.client_id_of(context)
         typed = receive_request(request, client_id, self.settings_of(client_id),
                                 context.time_remaining() if context is not None else None)
@@ -182,15 +196,12 @@ class ConsumerRpcs:
             if not outcome.ok:
                 failure = _status(outcome)
         if failure is not None:
-            yield spb.ReceiveMessageResponse(status=failure)
-        elif not outcome.value:
-            yield spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
-        else:
-            yield spb.ReceiveMessageResponse(status=_OK_STATUS)
-            for delivery in outcome.value:
-                yield message_frame(delivery)
-        # the closing frame: the server's clock when the answer is complete, as the reference stamps it
-        yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
+            return [spb.ReceiveMessageResponse(status=failure)]
+        if not outcome.value:
+            return [spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))]
+        frames = [spb.ReceiveMessageResponse(status=_OK_STATUS)]
+        frames += map(message_frame, outcome.value)
+        return frames
 
     # ---- AckMessage ----------------------------------------------------------------------------------------
     async def ack(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:

@@ -12,6 +12,7 @@ checks reach gRPC producers on their Telemetry streams (broker/grpc/transactions
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -21,7 +22,7 @@ from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASO
                               REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
 from broker.grpc.access import Caller, GrpcAccess, metadata_value
 from broker.grpc.common import SYSTEM_PROPERTY_NAMES, accept_message_types, duration, no_route_remark, status
-from broker.grpc.consumer import ConsumerRpcs
+from broker.grpc.consumer import ConsumerRpcs, closing_frame
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties
 from broker.pop.service import MAX_BATCH
 from broker.managers.topic_config import TIMER_TOPIC
@@ -85,8 +86,11 @@ def _peer_address(peer: str) -> str:
     return rest if kind in ("ipv4", "ipv6") else "127.0.0.1:0"
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def _packed(peer: str) -> bytes:
@@ -98,33 +102,105 @@ def _packed(peer: str) -> bytes:
         return pack_host("127.0.0.1", 0)
 
 
-def _core_message(message: pb.Message, peer: str, born_host: bytes) -> Message:
-    """A 5.x message as the core's: its system properties as the stored properties a remoting producer would send
-    (TAGS, KEYS, UNIQ_KEY = message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP =
-    the topic), a delivery time as TIMER_DELIVER_MS, a transactional one as a half message."""
-    sp = message.system_properties
+def _translate(message: pb.Message, peer: str, born_host: bytes, body: bytes) -> Message | tuple[int, str]:
+    """A 5.x message as the core's, or what the 5.x protocol refuses in its shape (names, ids, reserved properties)
+    as (code, text); sizes and every other check are the core's. Each protobuf field is read once.
+
+    The stored properties are those a remoting producer would send: the user properties, TAGS, KEYS, UNIQ_KEY =
+    message id, __SHARDINGKEY = message group, trace context, born host and time, PGROUP = the topic; a delivery
+    time as TIMER_DELIVER_MS, a transactional message as a half message."""
     topic = message.topic.name
-    props = dict(message.user_properties)
+    if topic not in _VALID_TOPICS:
+        problem = validate_topic(topic)
+        if problem is not None:
+            return pb.ILLEGAL_TOPIC, problem
+        if len(_VALID_TOPICS) >= 4096:
+            _VALID_TOPICS.clear()
+        _VALID_TOPICS.add(topic)
+    if not body:
+        return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
+    user_properties = message.user_properties
+    if user_properties:
+        if len(user_properties) > MAX_USER_PROPERTIES:
+            return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
+        props = dict(user_properties)
+        for name, value in props.items():
+            if name in SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
+                return pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is reserved or has control characters"
+    else:
+        props = {}
+    sp = message.system_properties
     if sp.HasField("tag"):
-        props["TAGS"] = sp.tag
-    if sp.keys:
-        props["KEYS"] = " ".join(sp.keys)
-    props["UNIQ_KEY"] = sp.message_id
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or _has_control(tag):
+            return pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or has '|' or control characters"
+        props["TAGS"] = tag
+    keys = sp.keys
+    if keys:
+        for key in keys:
+            if not key.strip() or _has_control(key):
+                return pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or has control characters"
+        props["KEYS"] = " ".join(keys)
+    message_id = sp.message_id
+    if not message_id:
+        return pb.ILLEGAL_MESSAGE_ID, "the message has no message_id"
+    props["UNIQ_KEY"] = message_id
     if sp.HasField("message_group"):
-        props["__SHARDINGKEY"] = sp.message_group
+        group = sp.message_group
+        if not group.strip() or len(group.encode()) >= 64 or _has_control(group):
+            return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
+        props["__SHARDINGKEY"] = group
     if sp.HasField("trace_context"):
         props["TRACE_CONTEXT"] = sp.trace_context
     props["__BORNHOST"] = sp.born_host or peer
-    born_ms = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+    born = sp.born_timestamp
+    born_ms = born.seconds * 1000 + born.nanos // 1_000_000
     props["BORN_TIMESTAMP"] = str(born_ms)
     props["PGROUP"] = topic
     transactional = sp.message_type == pb.TRANSACTION
-    if sp.HasField("delivery_timestamp") and not transactional:  # the broker's 5.x timer (broker/timer)
-        props["TIMER_DELIVER_MS"] = str(sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000)
     if transactional:  # a half message, as a remoting transactional send (TRAN_MSG, PGROUP, prepared sysFlag)
         half_send_properties(props, message)
+    elif sp.HasField("delivery_timestamp"):  # the broker's 5.x timer (broker/timer)
+        deliver = sp.delivery_timestamp
+        props["TIMER_DELIVER_MS"] = str(deliver.seconds * 1000 + deliver.nanos // 1_000_000)
     sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
-    return Message(bytes(message.body), None, props, 0, sys_flag, born_ms, born_host)
+    return Message(body, None, props, 0, sys_flag, born_ms, born_host)
+
+
+_VALID_TOPICS: set[str] = set()  # topic names that passed validate_topic (bounded)
+_SENDERS: dict[tuple[str, str], tuple[Requester, bytes]] = {}  # (gRPC peer, client id) -> requester, born host
+_OK = status(pb.OK)
+_SUCCESS = int(ResponseCode.SUCCESS)
+
+
+def _sender(context: Any) -> tuple[Requester, bytes]:
+    """The caller as the core's Requester (address, client id) and its packed born host, made once per (peer,
+    client id) (bounded: cleared past 4,096 callers)."""
+    key = (context.peer() or "", _client_id(context))
+    known = _SENDERS.get(key)
+    if known is None:
+        if len(_SENDERS) >= 4096:
+            _SENDERS.clear()
+        peer = _peer_address(key[0])
+        known = _SENDERS[key] = (Requester(peer, "grpc", key[1]), _packed(peer))
+    return known
+
+
+def _entry(message: pb.Message, outcome: Outcome) -> spb.SendResultEntry:
+    """One message's Outcome as its entry: the offset, the transaction id (the message id, as the reference's;
+    EndTransaction finds a half record by it through the broker's HalfIds), a recall handle for a timed one."""
+    sp = message.system_properties
+    if outcome.code not in STORED_CODES or outcome.value is None:
+        return spb.SendResultEntry(status=status(_send_code(outcome), outcome.remark), message_id=sp.message_id)
+    value = outcome.value
+    code = pb.OK if outcome.ok else _send_code(outcome)
+    message_id = sp.message_id
+    if sp.message_type == pb.TRANSACTION:
+        return spb.SendResultEntry(status=_OK if code == pb.OK else status(code), message_id=message_id,
+                                   offset=value.queue_offset, transaction_id=message_id)
+    recall = f"{value.msg_ids[0]} {message_id}" if value.timed else ""
+    return spb.SendResultEntry(status=_OK if code == pb.OK else status(code), message_id=message_id,
+                               offset=value.queue_offset, recall_handle=recall, transaction_id=message_id)
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
@@ -301,30 +377,61 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ---- sending (the messaging core: broker/core/send.py) -----------------------------------------------------
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         """Decoded into one typed SendRequest (authorized as such), sent by the core (each message answered on its
-        own, the plain ones to one queue stored with one append), its outcomes answered as entries."""
-        if not request.messages or len({m.topic.name for m in request.messages}) != 1:
+        own, the plain ones to one queue stored with one append), its outcomes answered as entries. The caller's
+        requester and born host are made once per (peer, client id); with ASYNC_FLUSH the whole call runs without
+        suspending."""
+        messages = request.messages
+        if not messages:
+            return spb.SendMessageResponse(status=status(pb.MESSAGE_CORRUPTED, "give one or more messages of one topic"))
+        topic = messages[0].topic.name
+        if len(messages) > 1 and any(m.topic.name != topic for m in messages):
             return spb.SendMessageResponse(status=status(pb.MESSAGE_CORRUPTED,
                                                          "give one or more messages of one topic"))
-        topic = request.messages[0].topic.name
-        peer = _peer_address(context.peer() or "")
-        typed = SendRequest(topic, [], -1, topic, Requester(peer, "grpc", _client_id(context)), "TBW102", 4)
-        refused = self._admitted("SendMessage", typed.needs(), context)
-        if refused is not None:
-            entries = [spb.SendResultEntry(status=refused, message_id=m.system_properties.message_id)
-                       for m in request.messages]
-            return spb.SendMessageResponse(status=refused, entries=entries)
-        born_host = _packed(peer)
+        requester, born_host = _sender(context)
+        typed = SendRequest(topic, [], -1, topic, requester, "TBW102", 4)
+        if self.access.authorizer is not None:  # aclEnable=false: nothing to decide
+            refused = self._admitted("SendMessage", typed.needs(), context)
+            if refused is not None:
+                entries = [spb.SendResultEntry(status=refused, message_id=m.system_properties.message_id)
+                           for m in messages]
+                return spb.SendMessageResponse(status=refused, entries=entries)
+        peer = requester.remote_addr
+        if len(messages) == 1:  # the usual shape: no bookkeeping of which entries were sent
+            message = messages[0]
+            translated = _translate(message, peer, born_host, message.body)  # body: a copy each time it is read
+            if type(translated) is tuple:
+                entry = spb.SendResultEntry(status=status(*translated),
+                                            message_id=message.system_properties.message_id)
+                return spb.SendMessageResponse(status=entry.status, entries=[entry])
+            typed.messages.append(translated)
+            sender = self.sender
+            observer = sender.observer
+            started = time.perf_counter() if observer is not None else 0.0
+            result = sender.send(typed)
+            if type(result) is not Outcome:
+                result = await result
+            if observer is not None:  # metrics: this request, as send_each_settled tells it
+                observer(topic, 1, len(translated.body), result.code, time.perf_counter() - started)
+            value = result.value
+            if result.code == _SUCCESS and value is not None and not value.timed:  # the usual answer, built in place
+                response = spb.SendMessageResponse(status=_OK)
+                message_id = message.system_properties.message_id
+                response.entries.add(status=_OK, message_id=message_id, offset=value.queue_offset,
+                                     transaction_id=message_id)
+                return response
+            entry = _entry(message, result)
+            return spb.SendMessageResponse(status=entry.status, entries=[entry])
         entries: list[spb.SendResultEntry | None] = []
-        for message in request.messages:
-            problem = self._invalid(message)
-            if problem is not None:
-                entries.append(spb.SendResultEntry(status=status(*problem),
+        for message in messages:
+            translated = _translate(message, peer, born_host, message.body)
+            if type(translated) is tuple:
+                entries.append(spb.SendResultEntry(status=status(*translated),
                                                    message_id=message.system_properties.message_id))
                 continue
-            typed.messages.append(_core_message(message, peer, born_host))
+            typed.messages.append(translated)
             entries.append(None)
         results = iter(await self.sender.send_each_settled(typed) if typed.messages else ())
-        sent = [m for m, e in zip(request.messages, entries) if e is None]
+        sent = [m for m, e in zip(messages, entries) if e is None]
         answers = iter([await self._entry(m, next(results)) for m in sent])
         entries = [next(answers) if e is None else e for e in entries]
         codes = {e.status.code for e in entries}
@@ -338,49 +445,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @staticmethod
     async def _entry(message: pb.Message, result: Any) -> spb.SendResultEntry:
-        """One message's Outcome as its entry: the offset, the transaction id (the message id, as the reference's;
-        EndTransaction finds a half record by it through the broker's HalfIds), a recall handle for a timed one."""
+        """One message's result (an Outcome, an awaitable of one, or the exception it raised) as its entry."""
         if isinstance(result, BaseException):
             raise result
-        outcome = result if type(result) is Outcome else await result
-        sp = message.system_properties
-        if outcome.code not in STORED_CODES or outcome.value is None:
-            return spb.SendResultEntry(status=status(_send_code(outcome), outcome.remark), message_id=sp.message_id)
-        value = outcome.value
-        code = pb.OK if outcome.ok else _send_code(outcome)
-        if sp.message_type == pb.TRANSACTION:
-            return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
-                                       transaction_id=sp.message_id)
-        recall = f"{value.msg_ids[0]} {sp.message_id}" if value.timed else ""
-        return spb.SendResultEntry(status=status(code), message_id=sp.message_id, offset=value.queue_offset,
-                                   recall_handle=recall, transaction_id=sp.message_id)
-
-    @staticmethod
-    def _invalid(message: pb.Message) -> tuple[int, str] | None:
-        """What the 5.x protocol refuses in a message's shape (names, ids, reserved properties); sizes and every
-        other check are the core's."""
-        sp = message.system_properties
-        problem = validate_topic(message.topic.name)
-        if problem is not None:
-            return pb.ILLEGAL_TOPIC, problem
-        if not message.body:
-            return pb.MESSAGE_BODY_EMPTY, "the message body is empty"
-        if len(message.user_properties) > MAX_USER_PROPERTIES:
-            return pb.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {MAX_USER_PROPERTIES} user properties"
-        for name, value in message.user_properties.items():
-            if name in SYSTEM_PROPERTY_NAMES or _has_control(name) or _has_control(value):
-                return pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is reserved or has control characters"
-        if sp.HasField("tag") and (not sp.tag.strip() or "|" in sp.tag or _has_control(sp.tag)):
-            return pb.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} is blank or has '|' or control characters"
-        for key in sp.keys:
-            if not key.strip() or _has_control(key):
-                return pb.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or has control characters"
-        if not sp.message_id:
-            return pb.ILLEGAL_MESSAGE_ID, "the message has no message_id"
-        if sp.HasField("message_group") and (not sp.message_group.strip() or len(sp.message_group.encode()) >= 64
-                                            or _has_control(sp.message_group)):
-            return pb.ILLEGAL_MESSAGE_GROUP, "the message group is blank, 64 bytes or longer, or has control characters"
-        return None
+        return _entry(message, result if type(result) is Outcome else await result)
 
     # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
@@ -394,8 +462,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # decoded, authorized (on the typed request), executed and answered in broker/grpc/consumer.py
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        async for frame in self.consumers.receive(request, context):  # grpc.aio needs an async generator here
+        # grpc.aio needs an async generator here; the frames come as a list (no second generator step per frame)
+        for frame in await self.consumers.receive_frames(request, context):
             yield frame
+        yield closing_frame()
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         return await self.consumers.ack(request, context)
