@@ -140,7 +140,8 @@ class Producer(ClientLifecycle):
             from client.trace import TraceDispatcher, trace_producer
 
             self.trace_dispatcher = TraceDispatcher(group, namesrv_addr, trace_topic=trace_topic or TRACE_TOPIC,
-                                                    credentials=credentials, tls=tls, tls_ca_path=tls_ca_path)
+                                                    make_producer=Producer, credentials=credentials, tls=tls,
+                                                    tls_ca_path=tls_ca_path)
             trace_producer(self, self.trace_dispatcher)
 
     @property

@@ -185,10 +185,12 @@ class PushConsumer:
         # Message traces (client/trace.py): the listener is wrapped at start when asked for.
         self.trace_dispatcher = None
         if enable_trace:
+            from client.producer import Producer  # sends the trace records
             from client.trace import TraceDispatcher
 
             self.trace_dispatcher = TraceDispatcher(group, namesrv_addr, trace_topic=trace_topic or TRACE_TOPIC,
-                                                    credentials=credentials, tls=tls, tls_ca_path=tls_ca_path)
+                                                    make_producer=Producer, credentials=credentials, tls=tls,
+                                                    tls_ca_path=tls_ca_path)
 
     @property
     def client_id(self) -> str:

@@ -52,8 +52,12 @@ class TraceDispatcher:
     are passed to the internal producer (credentials, tls, ...)."""
 
     def __init__(self, owner_group: str, namesrv_addr: str, *, trace_topic: str = TRACE_TOPIC, batch_size: int = 20,
-                 flush_interval: float = 1.0, max_pending: int = 2048, **producer_options: Any) -> None:
+                 flush_interval: float = 1.0, max_pending: int = 2048,
+                 make_producer: "Callable[..., Producer] | None" = None, **producer_options: Any) -> None:
         self.owner_group = owner_group
+        # the trace producer is an ordinary producer without tracing: its class comes from the caller (client.producer
+        # imports this module, so it cannot be imported from here)
+        self.make_producer = make_producer
         self.namesrv_addr = namesrv_addr
         self.trace_topic = trace_topic
         self.batch_size = max(1, min(batch_size, 100))
@@ -94,11 +98,11 @@ class TraceDispatcher:
     async def start(self) -> None:
         if self._task is not None:
             return
-        from client.producer import Producer  # the trace producer is an ordinary producer (without tracing)
-
+        if self.make_producer is None:
+            raise RuntimeError("TraceDispatcher needs make_producer (the Producer class) to start")
         options = dict(self.producer_options)
         options.setdefault("instance_name", f"trace-{uuid.uuid4().hex[:12]}")
-        self._producer = Producer(f"{TRACE_PRODUCER_PREFIX}-{self.owner_group}", self.namesrv_addr, **options)
+        self._producer = self.make_producer(f"{TRACE_PRODUCER_PREFIX}-{self.owner_group}", self.namesrv_addr, **options)
         await self._producer.start()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()

@@ -25,21 +25,24 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Awaitable, Protocol
+from collections.abc import Callable
+from typing import Any, Awaitable
 
-from broker.acl.authorizer import Needs
-from broker.acl.resources import send_needs
-from broker.core.outcome import Outcome, Requester
+from broker.core.outcome import Outcome
 from broker.core.replication import ReplicationWaiter
+from broker.core.send_batch import BatchSender
 from broker.core.send_limits import SendLimits
+from broker.core.send_types import (DEFAULT_MAX_RECONSUME_TIMES, Message, PROP_CLUSTER, PROP_KEYS, PROP_SHARDING_KEY,
+                                     PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME,
+                                     REASON_ILLEGAL_TOPIC, REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE,
+                                     STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter, SUCCESS_CODE,
+                                     utf8_len, stored_outcome)
 from broker.descriptors import DescriptorsShortError
 from broker.managers.topic_message_type import remoting_type_problem, send_type_problem
 from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,
                                           validate_group, validate_topic)
 from broker.schedule.delay import to_schedule_topic
-from broker.store.types import MessageToStore, PutResult, PutStatus
+from broker.store.types import MessageToStore, PutStatus
 from broker.timer.timed import (PROP_DELAY_MS as PROP_TIMER_DELAY_MS, PROP_DELAY_SEC as PROP_TIMER_DELAY_SEC,
                                 PROP_DELIVER_MS as PROP_TIMER_DELIVER_MS, TimerPropertyError, timer_deliver_ms,
                                 to_timer_topic)
@@ -53,177 +56,12 @@ from protocol.properties import MAX_PROPERTIES_BYTES, decode_properties, encode_
 __all__ = ["Message", "SendObserver", "SendRequest", "SendResult", "SendService", "StoreWriter", "REASON_BODY_TOO_LARGE",
            "REASON_DELIVERY_TIME", "REASON_ILLEGAL_TOPIC", "REASON_PROPERTIES_TOO_LARGE", "STORED_CODES"]
 
-PROP_UNIQ_KEY = "UNIQ_KEY"
-PROP_TAGS = "TAGS"
-PROP_KEYS = "KEYS"
-PROP_CLUSTER = "CLUSTER"
-PROP_SHARDING_KEY = "__SHARDINGKEY"
-DEFAULT_MAX_RECONSUME_TIMES = 16
-
-# Outcome.reason of refusals a protocol may answer with a finer code than ResponseCode
-REASON_BODY_TOO_LARGE = "body_too_large"
-REASON_PROPERTIES_TOO_LARGE = "properties_too_large"
-REASON_DELIVERY_TIME = "delivery_time"
-REASON_ILLEGAL_TOPIC = "illegal_topic"
-REASON_MESSAGE_TYPE = "message_type"  # the topic accepts another message type (gRPC: its own code)
-
-_PUT_STATUS_CODES: dict[PutStatus, int] = {
-    PutStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
-    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
-}
-#: codes whose message is stored (the value is set): SUCCESS, and a flush or replication that did not complete
-STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                          ResponseCode.SLAVE_NOT_AVAILABLE})
-_SUCCESS = int(ResponseCode.SUCCESS)
-_LOCAL = Requester("127.0.0.1:0", "console")
 _DEFERRED = object()  # send_run: this request's message waits for its queue's append
 #: the properties that make a message other than NORMAL (topic_message_type.message_type_of)
 _TYPED_PROPERTIES = frozenset({"TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
                                "__SHARDINGKEY"})
 
 
-# ---- the typed request and result ----------------------------------------------------------------------------------
-@dataclass(slots=True)
-class Message:
-    """One message to send. Its properties come either encoded (``properties_text``, as remoting carries them; a batch
-    entry's as the UTF-8 bytes that arrived, ``raw_properties``) or decoded (``properties``, as gRPC carries them;
-    the core may change that dict); tags and keys are the TAGS and KEYS properties. ``born_host`` is packed
-    (protocol.ids.pack_host)."""
-
-    body: bytes
-    properties_text: str | None = None
-    properties: dict[str, str] | None = None
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
-    reconsume_times: int = 0
-    raw_properties: bytes | None = None
-
-    def property_map(self) -> dict[str, str]:
-        """The properties decoded, whichever form they came in."""
-        if self.properties is not None:
-            return self.properties
-        if self.raw_properties is not None:
-            return decode_properties(self.raw_properties.decode("utf-8", "replace"))
-        return decode_properties(self.properties_text)
-
-    @property
-    def tags(self) -> str | None:
-        return self.property_map().get(PROP_TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.property_map().get(PROP_KEYS)
-
-
-@dataclass(slots=True)
-class SendRequest:
-    """A send of ``messages`` to ``topic``: queue ``queue_id`` (-1: the broker chooses), from ``producer_group``.
-    ``batch``: the messages are one atomic batch (``batch_properties`` / ``batch_sys_flag``: the batch's own encoded
-    properties and sysFlag).
-    ``default_topic`` / ``default_topic_queue_nums``: the template of an auto-created topic; ``max_reconsume_times``:
-    a retry's limit (None: the group's)."""
-
-    topic: str
-    messages: Sequence[Message]
-    queue_id: int = -1
-    producer_group: str | None = None
-    requester: Requester = _LOCAL
-    default_topic: str | None = None
-    default_topic_queue_nums: int = 4
-    max_reconsume_times: int | None = None
-    batch: bool = False
-    batch_properties: str | None = None
-    batch_sys_flag: int = 0
-
-    def needs(self) -> Needs:
-        """What the requester must be allowed (broker/acl/authorizer.py): PUB on the topic, or SUB on the group of a
-        retry topic."""
-        return send_needs(self.topic)
-
-
-@dataclass(slots=True)
-class SendResult:
-    """Where the messages went: ``msg_ids`` (offset message ids, one per message), the queue and the first message's
-    queue offset (the others follow it); ``transaction_id`` the UNIQ_KEY a remoting answer names (a batch: its own
-    property's); ``timed`` when the message waits in the timer (it can be recalled)."""
-
-    msg_ids: Sequence[str]
-    queue_id: int
-    queue_offset: int
-    transaction_id: str | None = None
-    timed: bool = False
-
-
-class SendObserver(Protocol):
-    """Told once per observed request (never per message): its topic, how many messages and body bytes it carried,
-    its code (the first refusal, else the first message's code) and how long it took, awaits included."""
-
-    def __call__(self, topic: str, message_count: int, body_bytes: int, code: int, seconds: float) -> None: ...
-
-
-class StoreWriter(Protocol):
-    """The store's public put API (broker/store/append.py)."""
-
-    def append(self, msgs: list[MessageToStore]) -> PutResult: ...
-    def append_one(self, msg: MessageToStore) -> PutResult: ...
-    async def put_message(self, msg: MessageToStore) -> PutResult: ...
-    async def put_messages(self, msgs: list[MessageToStore]) -> PutResult: ...
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-class _MessageIds(Sequence[str]):
-    """A put's offset message ids, formatted only when read (a gRPC answer names none but a timed message's)."""
-
-    __slots__ = ("_put",)
-
-    def __init__(self, put: PutResult) -> None:
-        self._put = put
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._put.msg_ids[index]
-
-    def __len__(self) -> int:
-        return len(self._put.physical_offsets)
-
-    def __iter__(self) -> Any:
-        return iter(self._put.msg_ids)
-
-    def __eq__(self, other: object) -> bool:
-        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(self._put.msg_ids)
-
-
-def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: bool = False,
-                   batch: bool = False) -> Outcome[SendResult]:
-    """The Outcome of a put: SUCCESS (or a stored-but-late code, remark = the put status) with the SendResult, else
-    the refusal."""
-    status = result.status
-    if status is PutStatus.PUT_OK:
-        return Outcome(_SUCCESS, "", SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id,
-                                                timed))
-    code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
-    if code in STORED_CODES:
-        return Outcome(int(code), status.name,
-                       SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
-    return Outcome(int(code), result.remark or f"put message failed: {status.name}")
-
-
-# ---- the service -------------------------------------------------------------------------------------------------
 class SendService:
     """Checks, stores and answers sends. Built by the Broker with what it uses: ``config`` (BrokerConfig, read live:
     permissions, roles and limits change at run time), the store's put API, the topic and subscription-group
@@ -256,7 +94,6 @@ class SendService:
         self._valid_groups: set[str] = set()  # producer groups that passed validate_group
         self.tag_codes: dict[bytes | None, int] = {None: 0}  # TAGS bytes -> tagsCode (batch path)
         self._text_tag_codes: dict[str | None, int] = {None: 0}  # TAGS -> tagsCode (tags repeat across messages)
-        from broker.core.send_batch import BatchSender  # here: send_batch imports this module
         self._batch = BatchSender(self)
 
     def refresh_role(self) -> None:
@@ -305,7 +142,7 @@ class SendService:
                     code = this
                     break
             observer(request.topic, len(request.messages), sum(len(m.body) for m in request.messages),
-                     _SUCCESS if code is None else code, time.perf_counter() - started)
+                     SUCCESS_CODE if code is None else code, time.perf_counter() - started)
         return results
 
     def send_run(self, requests: list[SendRequest]) -> list[Any]:
@@ -501,9 +338,9 @@ class SendService:
             if props_text and not props_text.endswith("\x02"):
                 props_text += "\x02"
             props_text += suffix
-        if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+        if utf8_len(props_text) > MAX_PROPERTIES_BYTES:
             return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL,
-                                   f"the message properties size {_utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
+                                   f"the message properties size {utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
 
         sys_flag = message.sys_flag
         half = "TRAN_MSG" in props and is_half_send(props, reconsume_times)
@@ -590,7 +427,7 @@ class SendService:
                     first = result.queue_offset
                     for n, k in enumerate(members):
                         _message, queue_id, uniq_key, timed = deferred[k]
-                        outcomes[k] = Outcome(_SUCCESS, "", SendResult((msg_ids[n],), queue_id, first + n,
+                        outcomes[k] = Outcome(SUCCESS_CODE, "", SendResult((msg_ids[n],), queue_id, first + n,
                                                                        uniq_key, timed))
                     continue
             for k in members:

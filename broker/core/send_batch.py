@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.core.outcome import Outcome
-from broker.core.send import (PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE,
+from broker.core.send_types import (utf8_len, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE,
                               REASON_PROPERTIES_TOO_LARGE, Message, SendRequest, SendResult, stored_outcome)
 from broker.managers.topic_config import RETRY_GROUP_TOPIC_PREFIX
 from broker.schedule.delay import delay_level_of
@@ -32,10 +32,6 @@ class _Rejected(ValueError):
     def __init__(self, text: str, reason: str = "") -> None:
         super().__init__(text)
         self.reason = reason
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 class BatchSender:
@@ -148,7 +144,7 @@ class BatchSender:
             if props_text and not props_text.endswith("\x02"):
                 props_text += "\x02"
             props_text += f"{PROP_UNIQ_KEY}\x01{uniq_key}\x02"
-            if _utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+            if utf8_len(props_text) > MAX_PROPERTIES_BYTES:
                 raise _Rejected(f"batch message {index}: properties exceed {MAX_PROPERTIES_BYTES} bytes")
         return MessageToStore(topic, queue_id, message.flag, sys_flag, message.born_timestamp, message.born_host,
                               message.reconsume_times, message.body, props_text, tags_code(props.get(PROP_TAGS)),
