@@ -49,23 +49,29 @@ def message_type_of(props: dict[str, str]) -> int:
     return _PB_TYPES[types.message_type_of(props)]
 
 
-def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offset: int, attempt: int) -> pb.Message:
-    """A stored record as the SDKs expect a message (reference §10): id = UNIQ_KEY, an upper-case MD5 digest, tag,
-    keys, group, the application's properties only; receipt handles are the caller's."""
+def fill_message(message: pb.Message, record: MessageRecord, topic: str, queue_id: int, queue_offset: int,
+                 attempt: int) -> pb.SystemProperties:
+    """Write a stored record into ``message`` as the SDKs expect it (reference §10), in place (no copies): id =
+    UNIQ_KEY, an upper-case MD5 digest, tag, keys, group, the application's properties only. Its system properties
+    are returned; receipt handles are the caller's."""
     props = record.properties
-    sp = pb.SystemProperties(
-        message_id=props.get("UNIQ_KEY") or record.offset_msg_id,
-        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(record.body).hexdigest().upper()),
-        body_encoding=pb.GZIP if record.sys_flag & 1 else pb.IDENTITY,
-        message_type=message_type_of(props),
-        born_timestamp=timestamp(record.born_timestamp),
-        born_host=props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}",
-        store_timestamp=timestamp(record.store_timestamp),
-        store_host=f"{record.store_host[0]}:{record.store_host[1]}",
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        delivery_attempt=attempt,
-    )
+    message.topic.name = topic
+    message.body = record.body
+    sp = message.system_properties
+    sp.message_id = props.get("UNIQ_KEY") or record.offset_msg_id
+    digest = sp.body_digest
+    digest.type = pb.MD5
+    digest.checksum = hashlib.md5(record.body).hexdigest().upper()
+    sp.body_encoding = pb.GZIP if record.sys_flag & 1 else pb.IDENTITY
+    sp.message_type = message_type_of(props)
+    born, stored = record.born_timestamp, record.store_timestamp
+    sp.born_timestamp.seconds, sp.born_timestamp.nanos = born // 1000, (born % 1000) * 1_000_000
+    sp.born_host = props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}"
+    sp.store_timestamp.seconds, sp.store_timestamp.nanos = stored // 1000, (stored % 1000) * 1_000_000
+    sp.store_host = f"{record.store_host[0]}:{record.store_host[1]}"
+    sp.queue_id = queue_id
+    sp.queue_offset = queue_offset
+    sp.delivery_attempt = attempt
     if props.get("TAGS"):
         sp.tag = props["TAGS"]
     if props.get("KEYS"):
@@ -76,9 +82,19 @@ def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offse
         sp.trace_context = props["TRACE_CONTEXT"]
     deliver_ms = props.get("TIMER_DELIVER_MS")
     if deliver_ms and deliver_ms.isdigit():
-        sp.delivery_timestamp.CopyFrom(timestamp(int(deliver_ms)))
+        deliver = int(deliver_ms)
+        sp.delivery_timestamp.seconds, sp.delivery_timestamp.nanos = deliver // 1000, (deliver % 1000) * 1_000_000
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTY_NAMES}
+    if user:
+        message.user_properties.update(user)
     if props.get("DLQ_ORIGIN_TOPIC") and props.get("DLQ_ORIGIN_MESSAGE_ID"):
         sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
         sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
-    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTY_NAMES}
-    return pb.Message(topic=pb.Resource(name=topic), user_properties=user, system_properties=sp, body=record.body)
+    return sp
+
+
+def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offset: int, attempt: int) -> pb.Message:
+    """A stored record as a new pb.Message (fill_message)."""
+    message = pb.Message()
+    fill_message(message, record, topic, queue_id, queue_offset, attempt)
+    return message

@@ -9,7 +9,6 @@ producer sent is received here and the reverse. QueryAssignment tells push consu
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from broker.acl.authorizer import Needs
 from broker.core.outcome import Outcome
 from broker.core.pop import (AckRequest, ChangeInvisibilityRequest, DeadLetterRequest, PopCore,
                              PopReceiveRequest)
-from broker.grpc.common import SYSTEM_PROPERTY_NAMES, message_type_of, status, timestamp, to_ms
+from broker.grpc.common import fill_message, status, timestamp, to_ms
 from broker.pop.service import Delivery
 from protocol.codes import PERM_READ, ResponseCode
 from protocol.grpc import definition_pb2 as pb
@@ -88,52 +87,13 @@ def message_frame(delivery: Delivery) -> spb.ReceiveMessageResponse:
     """One delivery as the SDKs expect it (reference §10), built in place in its response frame (no copies): id =
     UNIQ_KEY, an upper-case MD5 digest, tag, keys, group, the application's properties only, the receipt handle and
     invisible time."""
-    record = delivery.record
-    props = record.properties
     frame = spb.ReceiveMessageResponse()
-    message = frame.message
-    message.topic.name = delivery.topic
-    message.body = record.body
-    sp = message.system_properties
-    sp.message_id = props.get("UNIQ_KEY") or record.offset_msg_id
-    digest = sp.body_digest
-    digest.type = pb.MD5
-    digest.checksum = hashlib.md5(record.body).hexdigest().upper()
-    if record.sys_flag & 1:
-        sp.body_encoding = pb.GZIP
-    else:
-        sp.body_encoding = pb.IDENTITY
-    sp.message_type = message_type_of(props)
-    born, stored = record.born_timestamp, record.store_timestamp
-    sp.born_timestamp.seconds, sp.born_timestamp.nanos = born // 1000, (born % 1000) * 1_000_000
-    sp.born_host = props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}"
-    sp.store_timestamp.seconds, sp.store_timestamp.nanos = stored // 1000, (stored % 1000) * 1_000_000
-    sp.store_host = f"{record.store_host[0]}:{record.store_host[1]}"
-    sp.queue_id = delivery.queue_id
-    sp.queue_offset = delivery.queue_offset
-    sp.delivery_attempt = delivery.attempt
+    sp = fill_message(frame.message, delivery.record, delivery.topic, delivery.queue_id, delivery.queue_offset,
+                      delivery.attempt)
     handle = delivery.handle
     sp.receipt_handle = handle.encode()
     invisible = handle.invisible_ms
     sp.invisible_duration.seconds, sp.invisible_duration.nanos = invisible // 1000, (invisible % 1000) * 1_000_000
-    if props.get("TAGS"):
-        sp.tag = props["TAGS"]
-    if props.get("KEYS"):
-        sp.keys.extend(props["KEYS"].split())
-    if props.get("__SHARDINGKEY"):
-        sp.message_group = props["__SHARDINGKEY"]
-    if props.get("TRACE_CONTEXT"):
-        sp.trace_context = props["TRACE_CONTEXT"]
-    deliver_ms = props.get("TIMER_DELIVER_MS")
-    if deliver_ms and deliver_ms.isdigit():
-        deliver = int(deliver_ms)
-        sp.delivery_timestamp.seconds, sp.delivery_timestamp.nanos = deliver // 1000, (deliver % 1000) * 1_000_000
-    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTY_NAMES}
-    if user:
-        message.user_properties.update(user)
-    if props.get("DLQ_ORIGIN_TOPIC") and props.get("DLQ_ORIGIN_MESSAGE_ID"):
-        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
-        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
     return frame
 
 
