@@ -34,9 +34,10 @@ if len(sys.argv) > 3:  # the network mode too: name server, topic
     df = spark.read.format("rocketmq").option("nameServer", sys.argv[3]).option("topic", sys.argv[4]).load()
     out["network_bodies"] = sorted(bytes(r.body).decode() for r in df.select("body").collect())
 worker = spark.sparkContext.parallelize([0], 1).map(
-    lambda _: (__import__("sys").executable, __import__("os").environ.get("ROCKETMQ_TEST_WRAPPER", ""))).first()
+    lambda _: (__import__("sys").executable, __import__("os").environ.get("ROCKETMQ_TEST_WRAPPER", ""),
+               __import__("pyspark").__file__)).first()
 out.update(driver_pyspark_python=os.environ.get("PYSPARK_PYTHON", ""), worker_executable=worker[0],
-           worker_wrapper=worker[1])
+           worker_wrapper=worker[1], worker_pyspark=worker[2])
 print("RESULT " + json.dumps(out), flush=True)
 spark.stop()
 """
@@ -109,6 +110,11 @@ def test_an_unactivated_venv_reads_without_register(broker_store, broker_factory
     assert result["network_bodies"] == sorted(f"net-{i}" for i in range(12))
     assert result["driver_pyspark_python"] == sys.executable
     assert result["worker_executable"] == sys.executable
+    # Spark put pip's pyspark/python/lib/pyspark.zip first on the worker's path; the .pth took it off, so pyspark
+    # came from site-packages (compiled once), not from the zip (compiled again by every new Python process)
+    import pyspark
+
+    assert result["worker_pyspark"] == pyspark.__file__ and "pyspark.zip" not in result["worker_pyspark"]
 
 
 def test_pyspark_python_set_by_the_user_is_kept(broker_store, tmp_path):

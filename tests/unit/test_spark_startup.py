@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_export.startup import PTH_NAME, apply, pth_text, pyspark_python
+from spark_export.startup import PTH_NAME, apply, drop_bundled_pyspark_zip, pth_text, pyspark_python
 
 
 def _exe(path: Path, target: str | None = None) -> Path:
@@ -117,7 +117,62 @@ def test_the_pth_file_sets_pyspark_python_and_names_the_autoload_folder(tmp_path
     assert _run_pth(site_dir, {**base, "VIRTUAL_ENV": prefix})[0] == "-"
 
 
-def test_a_wheels_pth_has_the_hook_line_only():
+def test_a_wheels_pth_has_the_two_hook_lines_only():
     lines = pth_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("import os, sys; ")
-    compile(lines[0], PTH_NAME, "exec")
+    assert len(lines) == 2 and all(line.startswith("import os, sys; ") for line in lines)
+    for line in lines:
+        compile(line, PTH_NAME, "exec")
+
+
+def _pip_pyspark(root: Path) -> tuple[Path, Path]:
+    """A site-packages folder holding a pyspark package with its bundled python/lib/pyspark.zip, as pip installs it."""
+    site_dir = root / "site-packages"
+    lib = site_dir / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site_dir / "pyspark" / "__init__.py").write_text("")
+    (lib / "pyspark.zip").write_bytes(b"")
+    return site_dir, lib / "pyspark.zip"
+
+
+def test_the_installed_pysparks_own_zip_leaves_the_path(tmp_path):
+    site_dir, bundled = _pip_pyspark(tmp_path)
+    py4j = str(bundled.parent / "py4j-src.zip")
+    path = [str(bundled), py4j, "/work/app", str(site_dir)]
+    assert drop_bundled_pyspark_zip(path)
+    assert path == [py4j, "/work/app", str(site_dir)]  # only that entry; py4j and the rest stay, in order
+
+
+def test_another_sparks_zip_stays(tmp_path):
+    site_dir, bundled = _pip_pyspark(tmp_path)
+    distribution = tmp_path / "opt" / "spark" / "python" / "lib" / "pyspark.zip"  # SPARK_HOME of a Spark download
+    for path in ([str(distribution), str(site_dir)],
+                 [str(bundled)],  # its site-packages is not on the path: nothing else would provide pyspark
+                 [str(site_dir), str(bundled)]):  # site-packages first already: the zip is not what gets imported
+        before = list(path)
+        assert not drop_bundled_pyspark_zip(path)
+        assert path == before
+    (site_dir / "pyspark" / "__init__.py").unlink()  # a zip beside no package: kept
+    path = [str(bundled), str(site_dir)]
+    assert not drop_bundled_pyspark_zip(path) and len(path) == 2
+
+
+def test_the_pth_drops_the_zip_only_where_pythonpath_names_it(tmp_path):
+    """The second .pth line, run by site as in a Python process Spark starts (PYTHONPATH = the zip first)."""
+    site_dir, bundled = _pip_pyspark(tmp_path)
+    pth_dir = tmp_path / "pth"
+    pth_dir.mkdir()
+    (pth_dir / PTH_NAME).write_text(pth_text())
+    code = ("import os, site, sys; sys.path.append(sys.argv[2]); site.addsitedir(sys.argv[1]); "
+            "print(sum(p.endswith('pyspark.zip') for p in sys.path))")
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    base["PYSPARK_PYTHON"] = sys.executable  # the first line has nothing to do
+
+    def zips(env: dict[str, str]) -> int:
+        proc = subprocess.run([sys.executable, "-S", "-c", code, str(pth_dir), str(site_dir)], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr
+        return int(proc.stdout)
+
+    assert zips({**base, "PYTHONPATH": str(bundled)}) == 0
+    other = tmp_path / "elsewhere" / "pyspark.zip"
+    assert zips({**base, "PYTHONPATH": os.pathsep.join([str(other), str(bundled)])}) == 1  # another Spark's stays
