@@ -14,7 +14,8 @@ spark_export/bench.py) times, after a warm-up, --runs rounds of:
   stream    spark.readStream ... maxOffsetsPerTrigger, startingOffsets earliest, into the noop sink with
             trigger(availableNow=True), timed from start() to termination (a fresh checkpoint per run); and the same
             query from 'latest' (nothing to read): what a streaming query costs by itself
-for count() and groupBy(topic, tags).count(), with CPU seconds per run (JVM, Python workers, brokers) and the rate
+for count(), a batch write of every row to the noop sink (what the stream does with its rows: count() lets the JVM
+skip converting the columns) and groupBy(topic, tags).count(), with CPU seconds per run (JVM, Python workers, brokers) and the rate
 ratios network/file and stream/file at the end. Then the Python workers' peak memory (RssAnon from /proc, one task
 per worker) for network reads of whole ranges, of a tenth of each range and with a bigger pull size.
 
@@ -230,9 +231,16 @@ def run_spark(cluster: Cluster, args) -> None:
     batches = stream()
     print(f"checked: {n:,} rows from both sources, equal groupBy(topic, tags); the stream read them in {batches} "
           f"micro-batches", flush=True)
+
+    def noop(df):
+        """Every row materialized, as the stream's noop sink does (count() lets the JVM skip the columns)."""
+        return lambda: df.write.format("noop").mode("overwrite").save()
+
     cases = [
         ("file: count()", lambda: file_df.count()),
         ("network: count()", lambda: net_df.count()),
+        ("file: write noop", noop(file_df)),
+        ("network: write noop", noop(net_df)),
         ("file: groupBy(topic,tags)", group(file_df)),
         ("network: groupBy(topic,tags)", group(net_df)),
         (f"stream availableNow, {args.max_per_trigger:,}/trigger", stream),
@@ -255,9 +263,11 @@ def run_spark(cluster: Cluster, args) -> None:
     print("\nrate ratios (target: network/file >= 0.5, stream/file >= 0.4), from medians and from best runs:")
     for label, num, den in (("network / file, count()", "network: count()", "file: count()"),
                             ("network / file, groupBy", "network: groupBy(topic,tags)", "file: groupBy(topic,tags)"),
+                            ("network / file, write noop", "network: write noop", "file: write noop"),
                             ("stream / file count()", stream_name, "file: count()"),
+                            ("stream / file write noop", stream_name, "file: write noop"),
                             ("stream / network count()", stream_name, "network: count()")):
-        print(f"  {label:<28} median {median[den] / median[num]:>5.2f}x   best {best[den] / best[num]:>5.2f}x")
+        print(f"  {label:<30} median {median[den] / median[num]:>5.2f}x   best {best[den] / best[num]:>5.2f}x")
     net = median[stream_name] - median[empty_name]
     print(f"  the stream without a streaming query's own cost (the nothing-to-read query's {median[empty_name]:.2f} s): "
           f"{n / net:,.0f} msgs/s, {median['file: count()'] / net:.2f}x the file count() rate")
