@@ -16,7 +16,8 @@ from typing import Any
 from client.credentials import Credentials
 from client.errors import RemotingClosedError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from client.remoting import RemotingClient
-from protocol.admin_bodies import ConsumeStats, ConsumerConnection, KVTable, ResetOffsetBody, TopicStatsTable
+from protocol.admin_bodies import (ConsumeStats, ConsumerConnection, KVTable, ProducerConnection, ResetOffsetBody,
+                                   TopicStatsTable)
 from protocol.bodies import ClusterInfo, TopicList, TopicRouteData
 from protocol.consumer_info_bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from protocol.config_bodies import SubscriptionGroupConfig, TopicConfig
@@ -223,6 +224,15 @@ class AdminClient:
         resp = self.check(await self.invoke(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}),
                           f"connections of group {group} on {addr}")
         return ConsumerConnection.decode(resp.body)
+
+    async def producer_connection(self, addr: str, group: str) -> ProducerConnection:
+        """GET_PRODUCER_CONNECTION_LIST: the producers of `group` connected to the broker at addr (NotFoundError when
+        none is)."""
+        resp = await self.invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+        if resp.code == ResponseCode.SYSTEM_ERROR and "not exist" in (resp.remark or ""):
+            raise NotFoundError(f"producer group {group!r} is not connected to {addr}")
+        self.check(resp, f"connections of producer group {group} on {addr}")
+        return ProducerConnection.decode(resp.body)
 
     async def consumer_running_info(self, addr: str, group: str, client_id: str) -> ConsumerRunningInfo:
         """GET_CONSUMER_RUNNING_INFO, relayed by the broker at addr to the client."""

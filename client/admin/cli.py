@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("consumerConnection", commands.consumer_connection, "Clients and subscriptions of an online consumer group")
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)
 
+    p = add("producerConnection", commands.producer_connection,
+            "Clients of an online producer group: address, language and version")
+    p.add_argument("-g", "--producerGroup", dest="group", required=True)
+    p.add_argument("-t", "--topic", help="ask only the brokers of this topic")
+
     p = add("consumerStatus", consumer_commands.consumer_status,
             "Running state of an online group's consumers: settings, subscriptions, queues and offsets")
     p.add_argument("-g", "--consumerGroup", dest="group", required=True)

@@ -247,6 +247,30 @@ async def consumer_connection(admin: AdminClient, args: argparse.Namespace) -> i
     return 0
 
 
+async def producer_connection(admin: AdminClient, args: argparse.Namespace) -> int:
+    """The producers of a group connected to the brokers (of the topic's route when -t is given), one row per client:
+    a producer connects to every broker it sends to, so the same client is listed once."""
+    addrs = await admin.topic_brokers(args.topic) if args.topic else await admin.master_addrs()
+    clients: dict[str, Any] = {}
+    for _name, addr in sorted(addrs.items()):
+        try:
+            connection = await admin.producer_connection(addr, args.group)
+        except NotFoundError:
+            continue
+        for c in connection.connection_set:
+            clients.setdefault(c.client_id, c)
+    if not clients:
+        where = f"the brokers of topic {args.topic!r}" if args.topic else "any broker"
+        raise NotFoundError(f"producer group {args.group!r} is not connected to {where}")
+    rows = [clients[k] for k in sorted(clients)]
+    if args.json:
+        _out(args, {"connectionSet": [c.to_json() for c in rows]})
+        return 0
+    table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"],
+          [(i, c.client_id, c.client_addr, c.language, c.version) for i, c in enumerate(rows, 1)])
+    return 0
+
+
 # ---- messages -------------------------------------------------------------------------------------
 def _show_messages(args: argparse.Namespace, records: list[tuple[str, MessageRecord]], single: bool = False) -> None:
     if args.json:

@@ -138,6 +138,16 @@ async def test_consumer_group_commands(shared_broker):
         assert connection.returncode == 0, connection.stderr
         assert "127.0.0.1@admin-test" in connection.stdout and "AdminProgress" in connection.stdout
         assert "CLUSTERING" in connection.stdout
+    async with await WireClient.connect(shared_broker.addr) as producer:
+        assert (await producer.heartbeat("127.0.0.1@admin-producer", producer_group="AdminProducers")).code == 0
+        producers = mqadmin(ns, "producerConnection", "-g", "AdminProducers", "-t", "AdminProgress")
+        assert producers.returncode == 0, producers.stderr
+        assert "127.0.0.1@admin-producer" in producers.stdout and "#ClientAddr" in producers.stdout
+        listed = ok_json(ns, "producerConnection", "-g", "AdminProducers")
+        assert [c["clientId"] for c in listed["connectionSet"]] == ["127.0.0.1@admin-producer"]
+        assert listed["connectionSet"][0]["clientAddr"].startswith("127.0.0.1:")
+    nobody = mqadmin(ns, "producerConnection", "-g", "NoProducersHere", "-t", "AdminProgress")
+    assert nobody.returncode == 4 and "not connected" in nobody.stderr
     offline = mqadmin(ns, "consumerConnection", "-g", "NobodyHere")
     assert offline.returncode == 4 and "not online" in offline.stderr
     assert mqadmin(ns, "consumerProgress", "-g", "NobodyHere").returncode == 4
