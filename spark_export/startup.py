@@ -64,7 +64,8 @@ def apply(environ: MutableMapping[str, str], executable: str) -> None:
 def drop_bundled_pyspark_zip(path: list[str]) -> bool:
     """Remove from `path` (sys.path) an entry ``<site>/pyspark/python/lib/pyspark.zip`` whose ``<site>`` comes
     later in `path` and holds the package (``<site>/pyspark/__init__.py``): the same files, minus the bytecode
-    cache. Returns whether it removed one."""
+    cache. Kept when an entry between the two could provide another pyspark (a folder holding one, another
+    pyspark.zip): removing the zip would then change which pyspark is imported. Returns whether it removed one."""
     norm = [os.path.normcase(os.path.abspath(entry)) if entry else entry for entry in path]
     for i, entry in enumerate(norm):
         if not entry or os.path.basename(entry) != "pyspark.zip":
@@ -74,9 +75,15 @@ def drop_bundled_pyspark_zip(path: list[str]) -> bool:
         if (os.path.basename(lib) != "lib" or os.path.basename(os.path.dirname(lib)) != "python"
                 or os.path.basename(package) != "pyspark"):
             continue
-        if os.path.dirname(package) in norm[i + 1:] and os.path.isfile(os.path.join(package, "__init__.py")):
-            del path[i]
-            return True
+        site = os.path.dirname(package)
+        if site not in norm[i + 1:] or not os.path.isfile(os.path.join(package, "__init__.py")):
+            continue
+        between = norm[i + 1:norm.index(site, i + 1)]
+        if any(e and (os.path.basename(e) == "pyspark.zip" or os.path.isfile(os.path.join(e, "pyspark", "__init__.py")))
+               for e in between):
+            continue
+        del path[i]
+        return True
     return False
 
 

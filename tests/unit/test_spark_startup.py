@@ -151,6 +151,12 @@ def test_another_sparks_zip_stays(tmp_path):
         before = list(path)
         assert not drop_bundled_pyspark_zip(path)
         assert path == before
+    checkout = tmp_path / "spark-checkout" / "python"  # another pyspark before site-packages: the zip shadowed it
+    (checkout / "pyspark").mkdir(parents=True)
+    (checkout / "pyspark" / "__init__.py").write_text("")
+    for between in (str(checkout), str(distribution)):
+        path = [str(bundled), between, str(site_dir)]
+        assert not drop_bundled_pyspark_zip(path) and len(path) == 3
     (site_dir / "pyspark" / "__init__.py").unlink()  # a zip beside no package: kept
     path = [str(bundled), str(site_dir)]
     assert not drop_bundled_pyspark_zip(path) and len(path) == 2
