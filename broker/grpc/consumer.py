@@ -40,6 +40,7 @@ _CODES = {
 _INVALID = {"group": pb.ILLEGAL_CONSUMER_GROUP, "topic": pb.ILLEGAL_TOPIC, "invisible_time": pb.ILLEGAL_INVISIBLE_TIME,
             "receipt_handle": pb.INVALID_RECEIPT_HANDLE}
 _OK_STATUS = status(pb.OK)
+_OK_ACK_ENTRY = spb.AckMessageResultEntry(status=pb.Status(code=pb.OK, message="OK"))
 
 Admit = Callable[[str, Needs, Any], "pb.Status | None"]
 
@@ -123,6 +124,7 @@ def message_frames(deliveries: list[Delivery]) -> list[spb.ReceiveMessageRespons
     tsp.invisible_duration.seconds, tsp.invisible_duration.nanos = invisible // 1000, (invisible % 1000) * 1_000_000
     new_frame, md5, plain = spb.ReceiveMessageResponse, hashlib.md5, _PLAIN_PROPERTIES
     frames = []
+    born_hosts: dict[tuple[str, int], str] = {}
     for delivery in deliveries:
         record = delivery.record
         props = record.properties
@@ -136,7 +138,12 @@ def message_frames(deliveries: list[Delivery]) -> list[spb.ReceiveMessageRespons
         born, stored = record.born_timestamp, record.store_timestamp
         stamp = sp.born_timestamp
         stamp.seconds, stamp.nanos = born // 1000, (born % 1000) * 1_000_000
-        sp.born_host = props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}"
+        born_host = props.get("__BORNHOST")
+        if not born_host:
+            born_host = born_hosts.get(record.born_host)
+            if born_host is None:
+                born_host = born_hosts[record.born_host] = f"{record.born_host[0]}:{record.born_host[1]}"
+        sp.born_host = born_host
         stamp = sp.store_timestamp
         stamp.seconds, stamp.nanos = stored // 1000, (stored % 1000) * 1_000_000
         sp.queue_id, sp.queue_offset = delivery.queue_id, delivery.queue_offset
@@ -237,18 +244,19 @@ class ConsumerRpcs:
         if not outcome.ok:
             return spb.AckMessageResponse(status=_status(outcome))
         response = spb.AckMessageResponse()
-        entries = response.entries
+        add = response.entries.add
         codes = set()
         for entry, answer in zip(request.entries, outcome.value):
-            result = entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
+            result = add()
             if answer.ok:
-                result.status.code, result.status.message = pb.OK, "OK"
+                result.CopyFrom(_OK_ACK_ENTRY)  # the status, with one write
                 codes.add(pb.OK)
             else:
                 code = _code(answer)
                 result.status.code, result.status.message = code, answer.remark
                 codes.add(code)
-        response.status.CopyFrom(entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS))
+            result.message_id, result.receipt_handle = entry.message_id, entry.receipt_handle
+        response.status.CopyFrom(response.entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS))
         return response
 
     # ---- ChangeInvisibleDuration ---------------------------------------------------------------------------

@@ -219,25 +219,24 @@ class PopService(BackgroundService):
         is_retry = topic != original
         middle = handle_middle(now, invisible_ms, TOPIC_KIND_RETRY if is_retry else TOPIC_KIND_NORMAL,
                                self.broker_name, queue_id)
-        for buffer in result.buffers:
-            for record in _records(buffer):
-                offset = record.queue_offset
-                if offset < start or offset >= end:
-                    continue
-                if tag_names is not None and record.tags not in tag_names:
-                    continue  # a tag-hash collision: finished like any filtered-out message
-                attempt = record.reconsume_times + 1
-                phys = record.physical_offset
-                entry = inflight[offset] = Inflight(phys, now, invisible_ms, attempt, renew_client)
-                if attempt > max_attempts:
-                    entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
-                    collected.dead.append(_DeadLetter(key, offset, record, request.group, original))
-                elif is_retry:
-                    deliveries.append(self._delivery(request, record, entry, offset, queue_id, True))
-                else:
-                    deliveries.append(Delivery(record, f"{offset}{middle}{offset} {phys}", invisible_ms, attempt,
-                                               original, queue_id, offset))
-                delivered.append((offset, entry))
+        for record in _records(result.buffers):
+            offset = record.queue_offset
+            if offset < start or offset >= end:
+                continue
+            if tag_names is not None and record.tags not in tag_names:
+                continue  # a tag-hash collision: finished like any filtered-out message
+            attempt = record.reconsume_times + 1
+            phys = record.physical_offset
+            entry = inflight[offset] = Inflight(phys, now, invisible_ms, attempt, renew_client)
+            if attempt > max_attempts:
+                entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
+                collected.dead.append(_DeadLetter(key, offset, record, request.group, original))
+            elif is_retry:
+                deliveries.append(self._delivery(request, record, entry, offset, queue_id, True))
+            else:
+                deliveries.append(Delivery(record, f"{offset}{middle}{offset} {phys}", invisible_ms, attempt,
+                                           original, queue_id, offset))
+            delivered.append((offset, entry))
         progress.skip_to(start, end, [o for o, _ in delivered])
         if request.fifo:
             progress.attempt_id = request.attempt_id
@@ -525,12 +524,16 @@ def _original_topic(group: str, topic: str) -> str:
     return topic[len(prefix):] if topic.startswith(prefix) else topic
 
 
-def _records(buffer: Any) -> list[MessageRecord]:
-    try:
-        return list(iter_records(buffer))
-    except RecordError as exc:
-        log.error("skipping unreadable records while popping: %s", exc)
-        return []
+def _records(buffers: list[Any]) -> list[MessageRecord]:
+    """The records of one read's buffers, topics and hosts decoded once for all; an unreadable buffer is skipped."""
+    records: list[MessageRecord] = []
+    caches: tuple[dict, dict] = ({}, {})
+    for buffer in buffers:
+        try:
+            records += list(iter_records(buffer, caches=caches))
+        except RecordError as exc:
+            log.error("skipping unreadable records while popping: %s", exc)
+    return records
 
 
 def _tag_filter(request: PopRequest) -> Callable[[int], bool] | None:
