@@ -246,7 +246,7 @@ class ConsumerRpcs:
         response = spb.AckMessageResponse()
         add = response.entries.add
         codes = set()
-        for entry, answer in zip(request.entries, outcome.value):
+        for entry, handle, answer in zip(request.entries, typed.handles, outcome.value):
             result = add()
             if answer.ok:
                 result.CopyFrom(_OK_ACK_ENTRY)  # the status, with one write
@@ -255,7 +255,7 @@ class ConsumerRpcs:
                 code = _code(answer)
                 result.status.code, result.status.message = code, answer.remark
                 codes.add(code)
-            result.message_id, result.receipt_handle = entry.message_id, entry.receipt_handle
+            result.message_id, result.receipt_handle = entry.message_id, handle
         response.status.CopyFrom(response.entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS))
         return response
 

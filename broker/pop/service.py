@@ -329,28 +329,39 @@ class PopService(BackgroundService):
 
     def ack_many(self, group: str, topic: str, handles: list[str]) -> list[Exception | None]:
         """Finish the deliveries named by ``handles`` (receipt-handle texts, one ack request): per handle None or
-        the InvalidHandle/PopError refusing it. Each text is parsed once (``parse_handle``) and checked by
-        ``_in_flight``; the bookkeeping is per queue, not per message: one journal line and one offset commit per
+        the InvalidHandle/PopError refusing it. Each text is parsed once (``parse_handle``) and checked as
+        ``_in_flight`` says (the usual case inline); the bookkeeping is per queue, not per message: one journal line and one offset commit per
         queue touched."""
         problems: list[Exception | None] = []
         finished: dict[QueueKey, tuple[QueueProgress, list[int]]] = {}
+        queues = self.state.queues
         now = _now_ms()
         retry_topic = ""
         for text in handles:
             try:
                 pop_time, invisible, kind, _broker, queue_id, offset, phys = parse_handle(text)
-                if kind == TOPIC_KIND_NORMAL:
-                    key = (group, topic, queue_id)
-                else:
-                    retry_topic = retry_topic or pop_retry_topic(group, topic)
-                    key = (group, retry_topic, queue_id)
-                progress, _entry = self._in_flight(key, topic, pop_time, invisible, offset, phys, now)
-            except PopError as exc:
-                problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
-                continue
             except InvalidHandle as exc:
                 problems.append(exc)
                 continue
+            if kind == TOPIC_KIND_NORMAL:
+                key = (group, topic, queue_id)
+            else:
+                retry_topic = retry_topic or pop_retry_topic(group, topic)
+                key = (group, retry_topic, queue_id)
+            # the usual case inline: the delivery is in flight and neither it nor the handle has lapsed; anything
+            # else goes through _in_flight, which refuses it with its reason (or accepts an auto-renewed one)
+            progress = queues.get(key)
+            entry = progress.inflight.get(offset) if progress is not None else None
+            if entry is None or entry.phys != phys or entry.ready or pop_time + invisible <= now or \
+                    entry.pop_time_ms + entry.invisible_ms <= now:
+                try:
+                    progress, _entry = self._in_flight(key, topic, pop_time, invisible, offset, phys, now)
+                except PopError as exc:
+                    problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
+                    continue
+                except InvalidHandle as exc:
+                    problems.append(exc)
+                    continue
             problems.append(None)
             done = finished.get(key)
             if done is None:
