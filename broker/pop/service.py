@@ -122,9 +122,12 @@ class PopService(BackgroundService):
             raise PopError(KIND_BUSY, f"polling full: {self._polling} receives are waiting for messages")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, poll_s)
+        deliveries = await self._pop(request)  # the usual case: there are messages (no registration for it)
+        if deliveries or poll_s <= 0 or self._task is None:
+            return deliveries
         keys = [(request.topic, ANY_QUEUE), (pop_retry_topic(request.group, request.topic), ANY_QUEUE)]
         self._polling += 1
-        with self.arrivals.watch(keys) as watch:  # registered before the first try: no arrival falls between
+        with self.arrivals.watch(keys) as watch:  # registered before the next try: no arrival falls between
             self._watches.add(watch)
             try:
                 for _ in range(100_000):
@@ -211,7 +214,10 @@ class PopService(BackgroundService):
         end = max(result.next_begin_offset, start)
         # the hot loop (one pass per message): locals only, the receipt handle's text from its shared middle, the
         # in-flight entry put in place at once
-        delivered: list[tuple[int, Inflight]] = []
+        offsets: list[int] = []  # what went in flight: the journal's columns
+        phys_offsets: list[int] = []
+        attempts: list[int] = []
+        dead = False
         inflight = progress.inflight
         deliveries = collected.deliveries
         tag_names, max_attempts, original = request.tag_names, request.max_attempts, request.topic
@@ -231,17 +237,24 @@ class PopService(BackgroundService):
             if attempt > max_attempts:
                 entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
                 collected.dead.append(_DeadLetter(key, offset, record, request.group, original))
+                dead = True
             elif is_retry:
                 deliveries.append(self._delivery(request, record, entry, offset, queue_id, True))
             else:
                 deliveries.append(Delivery(record, f"{offset}{middle}{offset} {phys}", invisible_ms, attempt,
                                            original, queue_id, offset))
-            delivered.append((offset, entry))
-        progress.skip_to(start, end, [o for o, _ in delivered])
+            offsets.append(offset)
+            phys_offsets.append(phys)
+            attempts.append(attempt)
+        progress.skip_to(start, end, offsets)
+        attempt_id = request.attempt_id if request.fifo else ""
         if request.fifo:
-            progress.attempt_id = request.attempt_id
-        if end > start or delivered:
-            self.state.log_pop(key, start, end, delivered, request.attempt_id if request.fifo else "")
+            progress.attempt_id = attempt_id
+        if dead:  # entries differ (the dead letters' invisible time): one row each
+            self.state.log_pop(key, start, end, [(offset, inflight[offset]) for offset in offsets], attempt_id)
+        elif end > start or offsets:
+            self.state.log_popped(key, start, end, offsets, phys_offsets, attempts, now, invisible_ms, renew_client,
+                                  attempt_id)
         self._commit(key, progress)
 
     def _pop_fifo_again(self, request: PopRequest, key: QueueKey, progress: QueueProgress, now: int,
