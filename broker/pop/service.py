@@ -27,7 +27,8 @@ from broker.core.arrivals import ANY_QUEUE, WAKE_SHUTDOWN, Arrivals, Watch
 from broker.log_limit import RateLimitedLog
 from broker.managers.derived_names import pop_retry_topic  # the name's one definition (checked there at receive)
 from broker.managers.topic_config import dlq_topic
-from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle, handle_middle, parse_handle
+from broker.pop.handle import (TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle, handle_middle,
+                              parse_handle)
 from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
 from broker.pop.types import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_INTERNAL, KIND_NOT_FOUND,
                               MAX_BATCH, DeadLetter as _DeadLetter, Delivery, PopError, PopPass as _Pass, PopRequest,
@@ -241,8 +242,8 @@ class PopService(BackgroundService):
             elif is_retry:
                 deliveries.append(self._delivery(request, record, entry, offset, queue_id, True))
             else:
-                deliveries.append(Delivery(record, f"{offset}{middle}{offset} {phys}", invisible_ms, attempt,
-                                           original, queue_id, offset))
+                entry.handle = text = f"{offset}{middle}{offset} {phys}"
+                deliveries.append(Delivery(record, text, invisible_ms, attempt, original, queue_id, offset))
             offsets.append(offset)
             phys_offsets.append(phys)
             attempts.append(attempt)
@@ -334,6 +335,14 @@ class PopService(BackgroundService):
             raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
         return progress, entry
 
+    def _checked(self, group: str, topic: str, text: str, now: int) -> tuple[QueueKey, int, QueueProgress]:
+        """(queue, offset, progress) of the in-flight delivery the handle ``text`` names; InvalidHandle or
+        PopError otherwise (``_in_flight``)."""
+        pop_time, invisible, kind, _broker, queue_id, offset, phys = parse_handle(text)
+        key = (group, topic if kind == TOPIC_KIND_NORMAL else pop_retry_topic(group, topic), queue_id)
+        progress, _entry = self._in_flight(key, topic, pop_time, invisible, offset, phys, now)
+        return key, offset, progress
+
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:
         """Finish one delivery; acking a message acked already (an unexpired handle) is harmless."""
         problem = self.ack_many(group, topic, [handle.encode()])[0]
@@ -342,33 +351,27 @@ class PopService(BackgroundService):
 
     def ack_many(self, group: str, topic: str, handles: list[str]) -> list[Exception | None]:
         """Finish the deliveries named by ``handles`` (receipt-handle texts, one ack request): per handle None or
-        the InvalidHandle/PopError refusing it. Each text is parsed once (``parse_handle``) and checked as
-        ``_in_flight`` says (the usual case inline); the bookkeeping is per queue, not per message: one journal line and one offset commit per
-        queue touched."""
+        the InvalidHandle/PopError refusing it. The usual handle, the one its delivery was handed out with and
+        not lapsed, is recognised by its text (the entry keeps it: equality stands for every field); any other is
+        parsed and checked by ``_in_flight``. The bookkeeping is per queue, not per message: one journal line and
+        one offset commit per queue touched."""
         problems: list[Exception | None] = []
         finished: dict[QueueKey, tuple[QueueProgress, list[int]]] = {}
         queues = self.state.queues
         now = _now_ms()
-        retry_topic = ""
         for text in handles:
-            try:
-                pop_time, invisible, kind, _broker, queue_id, offset, phys = parse_handle(text)
-            except InvalidHandle as exc:
-                problems.append(exc)
-                continue
-            if kind == TOPIC_KIND_NORMAL:
-                key = (group, topic, queue_id)
-            else:
-                retry_topic = retry_topic or pop_retry_topic(group, topic)
-                key = (group, retry_topic, queue_id)
-            # the usual case inline: the delivery is in flight and neither it nor the handle has lapsed; anything
-            # else goes through _in_flight, which refuses it with its reason (or accepts an auto-renewed one)
-            progress = queues.get(key)
-            entry = progress.inflight.get(offset) if progress is not None else None
-            if entry is None or entry.phys != phys or entry.ready or pop_time + invisible <= now or \
-                    entry.pop_time_ms + entry.invisible_ms <= now:
+            progress = None
+            parts = text.split(" ", 8)
+            if len(parts) == 9 and parts[4] == "0" and parts[6].isdecimal() and parts[7].isdecimal():
+                key, offset = (group, topic, int(parts[6])), int(parts[7])
+                progress = queues.get(key)
+                entry = progress.inflight.get(offset) if progress is not None else None
+                if entry is None or entry.handle != text or entry.ready or \
+                        entry.pop_time_ms + entry.invisible_ms <= now:
+                    progress = None
+            if progress is None:
                 try:
-                    progress, _entry = self._in_flight(key, topic, pop_time, invisible, offset, phys, now)
+                    key, offset, progress = self._checked(group, topic, text, now)
                 except PopError as exc:
                     problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
                     continue
@@ -398,7 +401,7 @@ class PopService(BackgroundService):
         """The delivery stays invisible `invisible_ms` from now; returns the handle that supersedes `handle`."""
         key, progress, entry = self._locate(group, topic, handle)
         now = _now_ms()
-        entry.pop_time_ms, entry.invisible_ms = now, max(0, invisible_ms)
+        entry.restart(now, max(0, invisible_ms))
         entry.renew_client = ""
         self.state.log_update(key, handle.queue_offset, entry)
         self._wake_revive.set()
@@ -446,7 +449,7 @@ class PopService(BackgroundService):
             for offset, entry in progress.inflight.items():
                 if entry.renew_client == client_id:
                     entry.renew_client = ""
-                    entry.pop_time_ms, entry.invisible_ms = now, 0
+                    entry.restart(now, 0)
                     self.state.log_update(key, offset, entry)
         self._wake_revive.set()
 
@@ -475,7 +478,7 @@ class PopService(BackgroundService):
                     continue
                 if entry.renew_client and entry.expiry_ms - now <= self.renew.ahead_ms:
                     if now - entry.first_pop_ms < self.renew.max_ms and self.client_alive(entry.renew_client):
-                        entry.pop_time_ms, entry.invisible_ms = now, self.renew.invisible_ms
+                        entry.restart(now, self.renew.invisible_ms)
                         self.state.log_update(key, offset, entry)
                         continue
                     entry.renew_client = ""
@@ -496,6 +499,7 @@ class PopService(BackgroundService):
         group_config = self.groups.find(group)
         if group_config is not None and group_config.consume_message_orderly:
             entry.ready = True  # FIFO: delivered again in its place
+            entry.handle = ""
             self.state.log_update(key, offset, entry)
             self._wake(original)
             return
@@ -536,7 +540,7 @@ class PopService(BackgroundService):
         try:
             await self._bury([_DeadLetter(key, offset, record, group, original)])
         except PopError as exc:
-            entry.pop_time_ms, entry.invisible_ms = _now_ms(), UNREQUEUEABLE_RETRY_MS
+            entry.restart(_now_ms(), UNREQUEUEABLE_RETRY_MS)
             self.state.log_update(key, offset, entry)
             self._warnings.error(("pop-dlq", group, original),
                                  "a lapsed delivery of %s for group %s... stays in flight (tried again every %d s): %s",

@@ -31,7 +31,7 @@ QueueKey = tuple[str, str, int]  # (group, topic, queue id)
 class Inflight:
     """One message handed out and not finished yet."""
 
-    __slots__ = ("phys", "pop_time_ms", "invisible_ms", "attempt", "renew_client", "first_pop_ms", "ready")
+    __slots__ = ("phys", "pop_time_ms", "invisible_ms", "attempt", "renew_client", "first_pop_ms", "ready", "handle")
 
     def __init__(self, phys: int, pop_time_ms: int, invisible_ms: int, attempt: int, renew_client: str = "",
                  first_pop_ms: int = 0, ready: bool = False) -> None:
@@ -42,6 +42,14 @@ class Inflight:
         self.renew_client = renew_client  # client id whose auto_renew receive holds it ("" = none)
         self.first_pop_ms = first_pop_ms or pop_time_ms
         self.ready = ready  # FIFO: lapsed, to be delivered again in its place
+        # the receipt handle's text as handed out, while the delivery is as that handle says ("": unknown, e.g.
+        # replayed, or changed since): an ack naming exactly it needs no other check than the expiry
+        self.handle = ""
+
+    def restart(self, pop_time_ms: int, invisible_ms: int) -> None:
+        """Invisible ``invisible_ms`` from ``pop_time_ms`` on (the handle handed out no longer says so)."""
+        self.pop_time_ms, self.invisible_ms = pop_time_ms, invisible_ms
+        self.handle = ""
 
     @property
     def expiry_ms(self) -> int:
