@@ -40,6 +40,7 @@ _CODES = {
 _INVALID = {"group": pb.ILLEGAL_CONSUMER_GROUP, "topic": pb.ILLEGAL_TOPIC, "invisible_time": pb.ILLEGAL_INVISIBLE_TIME,
             "receipt_handle": pb.INVALID_RECEIPT_HANDLE}
 _OK_STATUS = status(pb.OK)
+_OK_FRAME = spb.ReceiveMessageResponse(status=_OK_STATUS)
 _OK_ACK_ENTRY = spb.AckMessageResultEntry(status=pb.Status(code=pb.OK, message="OK"))
 
 Admit = Callable[[str, Needs, Any], "pb.Status | None"]
@@ -230,7 +231,7 @@ class ConsumerRpcs:
             return [spb.ReceiveMessageResponse(status=failure)]
         if not outcome.value:
             return [spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))]
-        frames = [spb.ReceiveMessageResponse(status=_OK_STATUS)]
+        frames = [_OK_FRAME]  # shared: frames are only serialized once yielded
         frames += message_frames(outcome.value)
         return frames
 
