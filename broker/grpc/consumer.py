@@ -13,8 +13,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from itertools import chain
-from typing import Any, AsyncIterator, Iterable, Iterator
+from typing import Any, AsyncIterator
 
 from broker.acl.authorizer import Needs
 from broker.core.outcome import Outcome
@@ -107,15 +106,14 @@ _PLAIN_PROPERTIES = SYSTEM_PROPERTY_NAMES - {
     "TRAN_MSG", "DELAY", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"}
 
 
-def message_frames(deliveries: list[Delivery]) -> Iterator[spb.ReceiveMessageResponse]:
+def message_frames(deliveries: list[Delivery]) -> list[spb.ReceiveMessageResponse]:
     """The frames of one receive's deliveries, equal to ``message_frame`` of each, built with fewer protobuf writes
     (a receive's frames are most of its cost): each frame starts as a copy of a template holding what the batch's
     messages usually share (topic, digest type, encoding, type, store host, attempt 1, invisible time), then only a
     message's own fields are written, and its properties go through ``fill_from_properties`` only when it has one
-    beyond the plain ones. Built one by one as the stream takes them: a frame is on its way to the client (which
-    starts reading it) while the next is built."""
+    beyond the plain ones."""
     if not deliveries:
-        return
+        return []
     first = deliveries[0]
     topic, invisible, store_host = first.topic, first.invisible_ms, first.record.store_host
     template = spb.ReceiveMessageResponse()
@@ -126,6 +124,7 @@ def message_frames(deliveries: list[Delivery]) -> Iterator[spb.ReceiveMessageRes
     tsp.store_host = f"{store_host[0]}:{store_host[1]}"
     tsp.invisible_duration.seconds, tsp.invisible_duration.nanos = invisible // 1000, (invisible % 1000) * 1_000_000
     new_frame, md5, plain = spb.ReceiveMessageResponse, hashlib.md5, _PLAIN_PROPERTIES
+    frames = []
     born_hosts: dict[tuple[str, int], str] = {}
     for delivery in deliveries:
         record = delivery.record
@@ -166,7 +165,8 @@ def message_frames(deliveries: list[Delivery]) -> Iterator[spb.ReceiveMessageRes
             sp.invisible_duration.seconds, sp.invisible_duration.nanos = ms // 1000, (ms % 1000) * 1_000_000
         if not props.keys() <= plain:
             fill_from_properties(message, sp, props)
-        yield frame
+        frames.append(frame)
+    return frames
 
 
 class ConsumerRpcs:
@@ -174,7 +174,7 @@ class ConsumerRpcs:
     last Settings; ``client_id_of(context)`` the caller's client id; ``admit(rpc, needs, context)`` authenticates
     the caller, decides on the typed request's needs and notes an admitted client alive (None = allowed, else the
     refusal's status). A receipt handle is honoured only for the delivery in flight that it names, of that topic
-    and group (PopService._in_flight)."""
+    and group (PopService._locate)."""
 
     def __init__(self, core: PopCore, broker_name: str, settings_of: Callable[[str], pb.Settings | None],
                  client_id_of: Callable[[Any], str], admit: Admit) -> None:
@@ -215,10 +215,10 @@ class ConsumerRpcs:
         yield closing_frame()
 
     async def receive_frames(self, request: spb.ReceiveMessageRequest,
-                             context: Any) -> Iterable[spb.ReceiveMessageResponse]:
+                             context: Any) -> list[spb.ReceiveMessageResponse]:
         """The answer's frames but the closing one (``closing_frame()``, stamped when they are written): a status,
-        then one per message, built as the servicer's own generator takes them (a plain iterator: no second async
-        generator step per frame)."""
+        then one per message. A list, so the servicer's own generator yields them without a second generator's
+        step per frame."""
         client_id = self.client_id_of(context)
         typed = receive_request(request, client_id, self.settings_of(client_id),
                                 context.time_remaining() if context is not None else None)
@@ -231,7 +231,9 @@ class ConsumerRpcs:
             return [spb.ReceiveMessageResponse(status=failure)]
         if not outcome.value:
             return [spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))]
-        return chain((_OK_FRAME,), message_frames(outcome.value))  # shared status frame: only serialized
+        frames = [_OK_FRAME]  # shared: frames are only serialized once yielded
+        frames += message_frames(outcome.value)
+        return frames
 
     # ---- AckMessage ----------------------------------------------------------------------------------------
     async def ack(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:

@@ -49,13 +49,13 @@ def test_template_frames_equal_the_plain_definition():
     deliveries.append(_delivery(_record({"UNIQ_KEY": "I", "TAGS": ""}, body=b""), 22))
     for first in range(len(deliveries)):  # each delivery as the template's source, too
         batch = deliveries[first:] + deliveries[:first]
-        frames = list(message_frames(batch))
+        frames = message_frames(batch)
         assert len(frames) == len(batch)
         for frame, delivery in zip(frames, batch):
             expected = message_frame(delivery)
             assert frame == expected
             assert frame.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
-    assert list(message_frames([])) == []
+    assert message_frames([]) == []
 
 
 def test_handle_texts_round_trip_and_forgeries_are_refused():
