@@ -269,12 +269,17 @@ def decode_record(buf, pos: int = 0, *, decode_properties: bool = True) -> Messa
     raise RecordError(f"no record at position {pos}")  # pragma: no cover - _iter_decode always yields or raises
 
 
-def iter_records(buf, *, decode_properties: bool = True) -> Iterator[MessageRecord]:
-    """Decode concatenated records (a pull response body); RecordError if the data is malformed or truncated."""
-    return _iter_decode(buf, 0, len(buf), decode_properties)
+def iter_records(buf, *, decode_properties: bool = True, caches: tuple[dict, dict] | None = None
+                 ) -> Iterator[MessageRecord]:
+    """Decode concatenated records (a pull response body); RecordError if the data is malformed or truncated.
+    ``caches`` (two dicts, e.g. ``({}, {})``) may be shared by the calls decoding the buffers of one read, so
+    topics and hosts are decoded once per read rather than once per buffer (a read of scattered records has one
+    buffer per record)."""
+    return _iter_decode(buf, 0, len(buf), decode_properties, caches)
 
 
-def _iter_decode(buf, pos: int, stop: int, decode_props: bool) -> Iterator[MessageRecord]:
+def _iter_decode(buf, pos: int, stop: int, decode_props: bool,
+                 caches: tuple[dict, dict] | None = None) -> Iterator[MessageRecord]:
     """Decode records starting at pos while pos < stop (stop = pos + 1 decodes exactly one)."""
     if type(buf) is not bytes:
         buf = bytes(buf)
@@ -282,8 +287,9 @@ def _iter_decode(buf, pos: int, stop: int, decode_props: bool) -> Iterator[Messa
     unpack_v4v4 = _V4V4.unpack_from
     unpack_int = _INT.unpack_from
     unpack_short = _SHORT.unpack_from
-    topics: dict[bytes, str] = {}
-    hosts: dict[tuple[int, int], tuple[str, int]] = {}
+    topics: dict[bytes, str]
+    hosts: dict[tuple[int, int], tuple[str, int]]
+    topics, hosts = caches if caches is not None else ({}, {})
     decode_props_str = _decode_props_str
     while pos < stop:
         if buf_len - pos < MIN_RECORD_SIZE:

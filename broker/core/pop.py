@@ -23,8 +23,9 @@ from broker.filter import SelectorError, UnsupportedExpressionType, build_filter
 from broker.managers.derived_names import pop_names_problem
 from broker.managers.topic_config import no_route_remark, validate_topic
 from broker.pop.handle import InvalidHandle, ReceiptHandle
-from broker.pop.service import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_NOT_FOUND, MAX_BATCH,
-                                Delivery, PopError, PopRequest, PopService)
+from broker.pop.service import PopService
+from broker.pop.types import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_NOT_FOUND, MAX_BATCH, Delivery,
+                              PopError, PopRequest)
 from protocol.codes import ResponseCode
 
 __all__ = ["AckRequest", "ChangeInvisibilityRequest", "DeadLetterRequest", "MAX_INVISIBLE_MS", "PopCore",
@@ -231,18 +232,8 @@ class PopCore:
             return refused
         if not request.handles:
             return Outcome.refused(ResponseCode.INVALID_PARAMETER, "no entries to ack", "entries")
-        answers: list[Outcome[None] | None] = []
-        handles: list[ReceiptHandle] = []
-        for text in request.handles:
-            try:
-                handles.append(ReceiptHandle.decode(text))
-                answers.append(None)
-            except InvalidHandle as exc:
-                answers.append(_refusal(exc))
-        problems = iter(self.pop.ack_many(request.group, request.topic, handles))
-        results = [answer if answer is not None else (_OK if (problem := next(problems)) is None
-                                                      else _refusal(problem)) for answer in answers]
-        return Outcome.success(results)
+        problems = self.pop.ack_many(request.group, request.topic, request.handles)
+        return Outcome.success([_OK if problem is None else _refusal(problem) for problem in problems])
 
     def change_invisibility(self, request: ChangeInvisibilityRequest) -> Outcome[ReceiptHandle]:
         refused = self.check(request.group, request.topic)

@@ -63,7 +63,6 @@ def fill_message(message: pb.Message, record: MessageRecord, topic: str, queue_i
     digest.type = pb.MD5
     digest.checksum = hashlib.md5(record.body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if record.sys_flag & 1 else pb.IDENTITY
-    sp.message_type = message_type_of(props)
     born, stored = record.born_timestamp, record.store_timestamp
     sp.born_timestamp.seconds, sp.born_timestamp.nanos = born // 1000, (born % 1000) * 1_000_000
     sp.born_host = props.get("__BORNHOST") or f"{record.born_host[0]}:{record.born_host[1]}"
@@ -72,6 +71,14 @@ def fill_message(message: pb.Message, record: MessageRecord, topic: str, queue_i
     sp.queue_id = queue_id
     sp.queue_offset = queue_offset
     sp.delivery_attempt = attempt
+    fill_from_properties(message, sp, props)
+    return sp
+
+
+def fill_from_properties(message: pb.Message, sp: pb.SystemProperties, props: dict[str, str]) -> None:
+    """The fields a record's properties decide beyond its id and born host: message type, tag, keys, message
+    group, trace context, delivery time, the application's properties, the dead-letter origin."""
+    sp.message_type = message_type_of(props)
     if props.get("TAGS"):
         sp.tag = props["TAGS"]
     if props.get("KEYS"):
@@ -90,7 +97,6 @@ def fill_message(message: pb.Message, record: MessageRecord, topic: str, queue_i
     if props.get("DLQ_ORIGIN_TOPIC") and props.get("DLQ_ORIGIN_MESSAGE_ID"):
         sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
         sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
-    return sp
 
 
 def record_message(record: MessageRecord, topic: str, queue_id: int, queue_offset: int, attempt: int) -> pb.Message:

@@ -42,18 +42,41 @@ class ReceiptHandle:
         return replace(self, pop_time_ms=pop_time_ms, invisible_ms=invisible_ms)
 
     def encode(self) -> str:
-        return (f"{self.queue_offset} {self.pop_time_ms} {self.invisible_ms} 0 {self.topic_kind} {self.broker_name} "
-                f"{self.queue_id} {self.queue_offset} {self.commit_log_offset}")
+        return handle_text(self.pop_time_ms, self.invisible_ms, self.topic_kind, self.broker_name, self.queue_id,
+                           self.queue_offset, self.commit_log_offset)
 
     @classmethod
     def decode(cls, text: str) -> "ReceiptHandle":
-        parts = (text or "").split(" ")
-        if len(parts) != 9:
-            raise InvalidHandle(f"the receipt handle {text[:80]!r} is not one this broker gave out")
-        try:
-            _start, pop_time, invisible, _revive, kind, queue_id, offset, phys = (int(p) for p in parts[:5] + parts[6:])
-        except ValueError:
-            raise InvalidHandle(f"the receipt handle {text[:80]!r} is not one this broker gave out") from None
-        if kind not in (TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY) or min(pop_time, invisible, queue_id, offset, phys) < 0:
-            raise InvalidHandle(f"the receipt handle {text[:80]!r} is not one this broker gave out")
-        return cls(pop_time, invisible, kind, parts[5], queue_id, offset, phys)
+        return cls(*parse_handle(text))
+
+
+def handle_middle(pop_time_ms: int, invisible_ms: int, topic_kind: int, broker_name: str, queue_id: int) -> str:
+    """What the handles of one pop pass over one queue share: ``handle_text`` is ``<offset><middle><offset>
+    <commit-log offset>``, so a receive formats this once per queue, and one short f-string per message."""
+    return f" {pop_time_ms} {invisible_ms} 0 {topic_kind} {broker_name} {queue_id} "
+
+
+def handle_text(pop_time_ms: int, invisible_ms: int, topic_kind: int, broker_name: str, queue_id: int,
+                queue_offset: int, commit_log_offset: int) -> str:
+    """The handle's text (the one encoding)."""
+    middle = handle_middle(pop_time_ms, invisible_ms, topic_kind, broker_name, queue_id)
+    return f"{queue_offset}{middle}{queue_offset} {commit_log_offset}"
+
+
+def parse_handle(text: str) -> tuple[int, int, int, str, int, int, int]:
+    """(pop time, invisible ms, topic kind, broker name, queue id, queue offset, commit-log offset) of a handle's
+    text, in ReceiptHandle's field order; InvalidHandle unless it has the shape ``handle_text`` writes (nine
+    fields, all but the broker name integers, these non-negative). One split and one ``int`` per field: an ack
+    parses one per message."""
+    try:
+        start, pop_time, invisible, revive, kind, broker_name, queue_id, offset, phys = text.split(" ")
+        int(start), int(revive)
+        pop_time, invisible, kind, queue_id, offset, phys = (int(pop_time), int(invisible), int(kind), int(queue_id),
+                                                             int(offset), int(phys))
+    except (ValueError, AttributeError):  # not nine fields, not integers, not text
+        pass
+    else:
+        if (kind == TOPIC_KIND_NORMAL or kind == TOPIC_KIND_RETRY) and pop_time >= 0 and invisible >= 0 and \
+                queue_id >= 0 and offset >= 0 and phys >= 0:
+            return pop_time, invisible, kind, broker_name, queue_id, offset, phys
+    raise InvalidHandle(f"the receipt handle {str(text or '')[:80]!r} is not one this broker gave out")

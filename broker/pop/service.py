@@ -20,17 +20,19 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from broker.background import BackgroundService
 from broker.core.arrivals import ANY_QUEUE, WAKE_SHUTDOWN, Arrivals, Watch
-from broker.filter import MessageFilter
 from broker.log_limit import RateLimitedLog
 from broker.managers.derived_names import pop_retry_topic  # the name's one definition (checked there at receive)
 from broker.managers.topic_config import dlq_topic
-from broker.pop.handle import TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle
+from broker.pop.handle import (TOPIC_KIND_NORMAL, TOPIC_KIND_RETRY, InvalidHandle, ReceiptHandle, handle_middle,
+                              parse_handle)
 from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
+from broker.pop.types import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_INTERNAL, KIND_NOT_FOUND,
+                              MAX_BATCH, DeadLetter as _DeadLetter, Delivery, PopError, PopPass as _Pass, PopRequest,
+                              RenewPolicy)
 from broker.store.types import GetStatus, message_from_record
 from protocol.codes import PERM_READ
 from protocol.json_body import as_int
@@ -38,7 +40,6 @@ from protocol.message import MessageRecord, RecordError, iter_records
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 32
 REVIVE_INTERVAL_S = 0.5
 REVIVE_MAX_PER_PASS = 2_000
 RETRY_FIRST_PROBABILITY = 0.2
@@ -54,75 +55,6 @@ PROP_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 # a lapsed delivery that cannot go to its POP retry topic nor to the dead-letter topic waits this long before the next
 # try (the revive loop runs every REVIVE_INTERVAL_S: it must not fail, and log, twice a second forever)
 UNREQUEUEABLE_RETRY_MS = 60_000
-
-
-class PopError(Exception):
-    """A refused POP request; `kind` is one of the KIND_* names (the gRPC layer maps it to a status code)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-KIND_HANDLE_EXPIRED = "handle_expired"
-KIND_HANDLE_UNKNOWN = "handle_unknown"
-KIND_NOT_FOUND = "not_found"
-KIND_INTERNAL = "internal"
-KIND_BUSY = "busy"
-
-
-@dataclass(slots=True)
-class PopRequest:
-    group: str
-    topic: str
-    batch: int
-    invisible_ms: int
-    max_attempts: int
-    fifo: bool = False
-    queue_id: int = -1  # -1: every readable queue (what gRPC receives ask for: the reference pops the whole topic
-    # on the broker whatever queue the request names, FIFO groups included)
-    message_filter: MessageFilter | None = None
-    tag_names: frozenset[str] | None = None  # exact tags (the filter's hash codes can collide)
-    renew_client: str = ""  # auto_renew: the client id whose liveness keeps the messages invisible
-    attempt_id: str = ""
-
-
-@dataclass(slots=True)
-class Delivery:
-    record: MessageRecord
-    handle: ReceiptHandle
-    attempt: int
-    topic: str  # the original topic, also for a message popped from the retry topic
-    queue_id: int  # the original queue and offset
-    queue_offset: int
-
-
-@dataclass(slots=True)
-class _DeadLetter:
-    key: QueueKey
-    offset: int
-    record: MessageRecord
-    group: str
-    topic: str
-
-
-@dataclass(slots=True)
-class _Pass:
-    """What one pop pass collected."""
-
-    deliveries: list[Delivery] = field(default_factory=list)
-    dead: list[_DeadLetter] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class RenewPolicy:
-    """Auto-renewed deliveries (push consumers): invisible this long, renewed this long before they lapse, for at
-    most this long after they were handed out (the reference proxy's defaultInvisibleTimeMills,
-    renewAheadTimeMillis, renewMaxTimeMillis)."""
-
-    invisible_ms: int = 60_000
-    ahead_ms: int = 10_000
-    max_ms: int = 3 * 3600 * 1000
 
 
 class PopService(BackgroundService):
@@ -191,9 +123,12 @@ class PopService(BackgroundService):
             raise PopError(KIND_BUSY, f"polling full: {self._polling} receives are waiting for messages")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, poll_s)
+        deliveries = await self._pop(request)  # the usual case: there are messages (no registration for it)
+        if deliveries or poll_s <= 0 or self._task is None:
+            return deliveries
         keys = [(request.topic, ANY_QUEUE), (pop_retry_topic(request.group, request.topic), ANY_QUEUE)]
         self._polling += 1
-        with self.arrivals.watch(keys) as watch:  # registered before the first try: no arrival falls between
+        with self.arrivals.watch(keys) as watch:  # registered before the next try: no arrival falls between
             self._watches.add(watch)
             try:
                 for _ in range(100_000):
@@ -278,30 +213,49 @@ class PopService(BackgroundService):
             self._commit(key, progress)
             return
         end = max(result.next_begin_offset, start)
-        delivered: list[tuple[int, Inflight]] = []
-        is_retry = topic != request.topic
-        for buffer in result.buffers:
-            for record in _records(buffer):
-                offset = record.queue_offset
-                if offset < start or offset >= end:
-                    continue
-                if request.tag_names is not None and record.tags not in request.tag_names:
-                    continue  # a tag-hash collision: finished like any filtered-out message
-                attempt = record.reconsume_times + 1
-                entry = Inflight(record.physical_offset, now, request.invisible_ms, attempt, request.renew_client)
-                if attempt > request.max_attempts:
-                    entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
-                    collected.dead.append(_DeadLetter(key, offset, record, request.group, request.topic))
-                else:
-                    collected.deliveries.append(self._delivery(request, record, entry, offset, queue_id, is_retry))
-                delivered.append((offset, entry))
-        for offset, entry in delivered:
-            progress.inflight[offset] = entry
-        progress.skip_to(start, end, [o for o, _ in delivered])
+        # the hot loop (one pass per message): locals only, the receipt handle's text from its shared middle, the
+        # in-flight entry put in place at once
+        offsets: list[int] = []  # what went in flight: the journal's columns
+        phys_offsets: list[int] = []
+        attempts: list[int] = []
+        dead = False
+        inflight = progress.inflight
+        deliveries = collected.deliveries
+        tag_names, max_attempts, original = request.tag_names, request.max_attempts, request.topic
+        invisible_ms, renew_client = request.invisible_ms, request.renew_client
+        is_retry = topic != original
+        middle = handle_middle(now, invisible_ms, TOPIC_KIND_RETRY if is_retry else TOPIC_KIND_NORMAL,
+                               self.broker_name, queue_id)
+        for record in _records(result.buffers):
+            offset = record.queue_offset
+            if offset < start or offset >= end:
+                continue
+            if tag_names is not None and record.tags not in tag_names:
+                continue  # a tag-hash collision: finished like any filtered-out message
+            attempt = record.reconsume_times + 1
+            phys = record.physical_offset
+            entry = inflight[offset] = Inflight(phys, now, invisible_ms, attempt, renew_client)
+            if attempt > max_attempts:
+                entry.invisible_ms = 30_000  # being dead-lettered; back in flight if that fails
+                collected.dead.append(_DeadLetter(key, offset, record, request.group, original))
+                dead = True
+            elif is_retry:
+                deliveries.append(self._delivery(request, record, entry, offset, queue_id, True))
+            else:
+                entry.handle = text = f"{offset}{middle}{offset} {phys}"
+                deliveries.append(Delivery(record, text, invisible_ms, attempt, original, queue_id, offset))
+            offsets.append(offset)
+            phys_offsets.append(phys)
+            attempts.append(attempt)
+        progress.skip_to(start, end, offsets)
+        attempt_id = request.attempt_id if request.fifo else ""
         if request.fifo:
-            progress.attempt_id = request.attempt_id
-        if end > start or delivered:
-            self.state.log_pop(key, start, end, delivered, request.attempt_id if request.fifo else "")
+            progress.attempt_id = attempt_id
+        if dead:  # entries differ (the dead letters' invisible time): one row each
+            self.state.log_pop(key, start, end, [(offset, inflight[offset]) for offset in offsets], attempt_id)
+        elif end > start or offsets:
+            self.state.log_popped(key, start, end, offsets, phys_offsets, attempts, now, invisible_ms, renew_client,
+                                  attempt_id)
         self._commit(key, progress)
 
     def _pop_fifo_again(self, request: PopRequest, key: QueueKey, progress: QueueProgress, now: int,
@@ -335,14 +289,15 @@ class PopService(BackgroundService):
 
     def _delivery(self, request: PopRequest, record: MessageRecord, entry: Inflight, offset: int, queue_id: int,
                   is_retry: bool) -> Delivery:
-        handle = ReceiptHandle(entry.pop_time_ms, entry.invisible_ms, TOPIC_KIND_RETRY if is_retry else
-                               TOPIC_KIND_NORMAL, self.broker_name, queue_id, offset, record.physical_offset)
+        middle = handle_middle(entry.pop_time_ms, entry.invisible_ms, TOPIC_KIND_RETRY if is_retry else
+                               TOPIC_KIND_NORMAL, self.broker_name, queue_id)
         origin_queue, origin_offset = queue_id, offset
         if is_retry:
             props = record.properties
             origin_queue = as_int(props.get(PROP_ORIGIN_QUEUE_ID), queue_id)
             origin_offset = as_int(props.get(PROP_ORIGIN_QUEUE_OFFSET), offset)
-        return Delivery(record, handle, entry.attempt, request.topic, origin_queue, origin_offset)
+        return Delivery(record, f"{offset}{middle}{offset} {record.physical_offset}", entry.invisible_ms,
+                        entry.attempt, request.topic, origin_queue, origin_offset)
 
     def _commit(self, key: QueueKey, progress: QueueProgress) -> None:
         if progress.committed != progress.written:
@@ -352,53 +307,86 @@ class PopService(BackgroundService):
     # ---- ack, change invisibility, dead letters ------------------------------------------------------------
     def _locate(self, group: str, topic: str, handle: ReceiptHandle) -> tuple[QueueKey, QueueProgress, Inflight]:
         """The delivery a handle names, still in flight; PopError otherwise (InvalidHandle for a handle that names
-        another record). The handle is the caller's text: it
-        counts only when its commit-log offset is that of the message ``group`` popped from ``topic`` (or its retry
-        topic) at the queue offset it names, so a forged offset reaches no other topic's record."""
-        actual = pop_retry_topic(group, topic) if handle.retry else topic
-        key = (group, actual, handle.queue_id)
-        progress = self.state.get(key)
-        entry = progress.inflight.get(handle.queue_offset) if progress is not None else None
-        if entry is not None and entry.phys != handle.commit_log_offset:
+        another record)."""
+        key = (group, pop_retry_topic(group, topic) if handle.retry else topic, handle.queue_id)
+        progress, entry = self._in_flight(key, topic, handle.pop_time_ms, handle.invisible_ms, handle.queue_offset,
+                                          handle.commit_log_offset, _now_ms())
+        return key, progress, entry
+
+    def _in_flight(self, key: QueueKey, topic: str, pop_time_ms: int, invisible_ms: int, offset: int, phys: int,
+                   now: int) -> tuple[QueueProgress, Inflight]:
+        """The in-flight delivery at ``offset`` of queue ``key`` that a handle (its fields) names; PopError
+        otherwise. The handle is the caller's text: it counts only when its commit-log offset ``phys`` is that of
+        the message the group popped from ``topic`` (or its retry topic) at that queue offset (else InvalidHandle),
+        so a forged offset reaches no other topic's record."""
+        progress = self.state.queues.get(key)
+        entry = progress.inflight.get(offset) if progress is not None else None
+        if entry is not None and entry.phys != phys:
             raise InvalidHandle(f"the receipt handle does not name the message of {topic} in flight at queue "
-                                f"{handle.queue_id} offset {handle.queue_offset}")
-        now = _now_ms()
-        if entry is None or entry.ready or entry.expiry_ms <= now:
-            if handle.expiry_ms <= now or entry is not None:
+                                f"{key[2]} offset {offset}")
+        expired = pop_time_ms + invisible_ms <= now
+        if entry is None or entry.ready or entry.pop_time_ms + entry.invisible_ms <= now:
+            if expired or entry is not None:
                 raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
             raise PopError(KIND_HANDLE_UNKNOWN, "the message of this receipt handle is not in flight (acked already?)")
-        if handle.expiry_ms <= now and not (entry.renew_client and handle.pop_time_ms == entry.first_pop_ms):
+        if expired and not (entry.renew_client and pop_time_ms == entry.first_pop_ms):
             # a lapsed handle, e.g. of a FIFO batch delivered again since; an auto-renewed delivery's first handle
             # stays good while the broker renews it
             raise PopError(KIND_HANDLE_EXPIRED, "receipt handle is expired")
-        return key, progress, entry
+        return progress, entry
+
+    def _checked(self, group: str, topic: str, text: str, now: int) -> tuple[QueueKey, int, QueueProgress]:
+        """(queue, offset, progress) of the in-flight delivery the handle ``text`` names; InvalidHandle or
+        PopError otherwise (``_in_flight``)."""
+        pop_time, invisible, kind, _broker, queue_id, offset, phys = parse_handle(text)
+        key = (group, topic if kind == TOPIC_KIND_NORMAL else pop_retry_topic(group, topic), queue_id)
+        progress, _entry = self._in_flight(key, topic, pop_time, invisible, offset, phys, now)
+        return key, offset, progress
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> None:
         """Finish one delivery; acking a message acked already (an unexpired handle) is harmless."""
-        problem = self.ack_many(group, topic, [handle])[0]
+        problem = self.ack_many(group, topic, [handle.encode()])[0]
         if problem is not None:
             raise problem
 
-    def ack_many(self, group: str, topic: str, handles: list[ReceiptHandle]) -> list[Exception | None]:
-        """Finish several deliveries (one ack request): per handle None or the PopError/InvalidHandle refusing it.
-        The bookkeeping is per queue, not per message: one journal line and one offset commit per queue touched."""
+    def ack_many(self, group: str, topic: str, handles: list[str]) -> list[Exception | None]:
+        """Finish the deliveries named by ``handles`` (receipt-handle texts, one ack request): per handle None or
+        the InvalidHandle/PopError refusing it. The usual handle, the one its delivery was handed out with and
+        not lapsed, is recognised by its text (the entry keeps it: equality stands for every field); any other is
+        parsed and checked by ``_in_flight``. The bookkeeping is per queue, not per message: one journal line and
+        one offset commit per queue touched."""
         problems: list[Exception | None] = []
         finished: dict[QueueKey, tuple[QueueProgress, list[int]]] = {}
-        for handle in handles:
-            try:
-                key, progress, _entry = self._locate(group, topic, handle)
-            except PopError as exc:
-                problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
-                continue
-            except InvalidHandle as exc:
-                problems.append(exc)
-                continue
+        queues = self.state.queues
+        now = _now_ms()
+        for text in handles:
+            progress = None
+            parts = text.split(" ", 8)
+            if len(parts) == 9 and parts[4] == "0" and parts[6].isdecimal() and parts[7].isdecimal():
+                key, offset = (group, topic, int(parts[6])), int(parts[7])
+                progress = queues.get(key)
+                entry = progress.inflight.get(offset) if progress is not None else None
+                if entry is None or entry.handle != text or entry.ready or \
+                        entry.pop_time_ms + entry.invisible_ms <= now:
+                    progress = None
+            if progress is None:
+                try:
+                    key, offset, progress = self._checked(group, topic, text, now)
+                except PopError as exc:
+                    problems.append(None if exc.kind == KIND_HANDLE_UNKNOWN else exc)
+                    continue
+                except InvalidHandle as exc:
+                    problems.append(exc)
+                    continue
             problems.append(None)
-            offsets = finished.setdefault(key, (progress, []))[1]
-            if handle.queue_offset not in offsets:
-                offsets.append(handle.queue_offset)
+            done = finished.get(key)
+            if done is None:
+                finished[key] = (progress, [offset])
+            else:
+                done[1].append(offset)
         emptied = False
         for key, (progress, offsets) in finished.items():
+            offsets = list(dict.fromkeys(offsets))  # a handle named twice in one request is one ack
             progress.finish(offsets)
             self.state.log_finish(key, offsets)
             self._commit(key, progress)
@@ -413,7 +401,7 @@ class PopService(BackgroundService):
         """The delivery stays invisible `invisible_ms` from now; returns the handle that supersedes `handle`."""
         key, progress, entry = self._locate(group, topic, handle)
         now = _now_ms()
-        entry.pop_time_ms, entry.invisible_ms = now, max(0, invisible_ms)
+        entry.restart(now, max(0, invisible_ms))
         entry.renew_client = ""
         self.state.log_update(key, handle.queue_offset, entry)
         self._wake_revive.set()
@@ -461,7 +449,7 @@ class PopService(BackgroundService):
             for offset, entry in progress.inflight.items():
                 if entry.renew_client == client_id:
                     entry.renew_client = ""
-                    entry.pop_time_ms, entry.invisible_ms = now, 0
+                    entry.restart(now, 0)
                     self.state.log_update(key, offset, entry)
         self._wake_revive.set()
 
@@ -490,7 +478,7 @@ class PopService(BackgroundService):
                     continue
                 if entry.renew_client and entry.expiry_ms - now <= self.renew.ahead_ms:
                     if now - entry.first_pop_ms < self.renew.max_ms and self.client_alive(entry.renew_client):
-                        entry.pop_time_ms, entry.invisible_ms = now, self.renew.invisible_ms
+                        entry.restart(now, self.renew.invisible_ms)
                         self.state.log_update(key, offset, entry)
                         continue
                     entry.renew_client = ""
@@ -511,6 +499,7 @@ class PopService(BackgroundService):
         group_config = self.groups.find(group)
         if group_config is not None and group_config.consume_message_orderly:
             entry.ready = True  # FIFO: delivered again in its place
+            entry.handle = ""
             self.state.log_update(key, offset, entry)
             self._wake(original)
             return
@@ -551,7 +540,7 @@ class PopService(BackgroundService):
         try:
             await self._bury([_DeadLetter(key, offset, record, group, original)])
         except PopError as exc:
-            entry.pop_time_ms, entry.invisible_ms = _now_ms(), UNREQUEUEABLE_RETRY_MS
+            entry.restart(_now_ms(), UNREQUEUEABLE_RETRY_MS)
             self.state.log_update(key, offset, entry)
             self._warnings.error(("pop-dlq", group, original),
                                  "a lapsed delivery of %s for group %s... stays in flight (tried again every %d s): %s",
@@ -563,12 +552,16 @@ def _original_topic(group: str, topic: str) -> str:
     return topic[len(prefix):] if topic.startswith(prefix) else topic
 
 
-def _records(buffer: Any) -> list[MessageRecord]:
-    try:
-        return list(iter_records(buffer))
-    except RecordError as exc:
-        log.error("skipping unreadable records while popping: %s", exc)
-        return []
+def _records(buffers: list[Any]) -> list[MessageRecord]:
+    """The records of one read's buffers, topics and hosts decoded once for all; an unreadable buffer is skipped."""
+    records: list[MessageRecord] = []
+    caches: tuple[dict, dict] = ({}, {})
+    for buffer in buffers:
+        try:
+            records += list(iter_records(buffer, caches=caches))
+        except RecordError as exc:
+            log.error("skipping unreadable records while popping: %s", exc)
+    return records
 
 
 def _tag_filter(request: PopRequest) -> Callable[[int], bool] | None:

@@ -31,7 +31,7 @@ QueueKey = tuple[str, str, int]  # (group, topic, queue id)
 class Inflight:
     """One message handed out and not finished yet."""
 
-    __slots__ = ("phys", "pop_time_ms", "invisible_ms", "attempt", "renew_client", "first_pop_ms", "ready")
+    __slots__ = ("phys", "pop_time_ms", "invisible_ms", "attempt", "renew_client", "first_pop_ms", "ready", "handle")
 
     def __init__(self, phys: int, pop_time_ms: int, invisible_ms: int, attempt: int, renew_client: str = "",
                  first_pop_ms: int = 0, ready: bool = False) -> None:
@@ -42,6 +42,14 @@ class Inflight:
         self.renew_client = renew_client  # client id whose auto_renew receive holds it ("" = none)
         self.first_pop_ms = first_pop_ms or pop_time_ms
         self.ready = ready  # FIFO: lapsed, to be delivered again in its place
+        # the receipt handle's text as handed out, while the delivery is as that handle says ("": unknown, e.g.
+        # replayed, or changed since): an ack naming exactly it needs no other check than the expiry
+        self.handle = ""
+
+    def restart(self, pop_time_ms: int, invisible_ms: int) -> None:
+        """Invisible ``invisible_ms`` from ``pop_time_ms`` on (the handle handed out no longer says so)."""
+        self.pop_time_ms, self.invisible_ms = pop_time_ms, invisible_ms
+        self.handle = ""
 
     @property
     def expiry_ms(self) -> int:
@@ -153,6 +161,14 @@ class PopState:
         self._append({"p": list(key), "s": start, "e": end, "a": attempt_id,
                       "d": [entry.encode(offset) for offset, entry in delivered]})
 
+    def log_popped(self, key: QueueKey, start: int, end: int, offsets: list[int], phys_offsets: list[int],
+                   attempts: list[int], pop_time_ms: int, invisible_ms: int, renew_client: str = "",
+                   attempt_id: str = "") -> None:
+        """``log_pop`` of one pass's new deliveries, which share their pop time, invisible time and client: as
+        columns (offsets, commit-log offsets, attempts), half the encoding work of one row per delivery."""
+        self._append({"p": list(key), "s": start, "e": end, "a": attempt_id, "t": pop_time_ms, "i": invisible_ms,
+                      "c": renew_client, "o": offsets, "x": phys_offsets, "n": attempts})
+
     def log_finish(self, key: QueueKey, offsets: list[int]) -> None:
         self._append({"f": list(key), "o": offsets})
 
@@ -199,7 +215,12 @@ class PopState:
             return
         if "p" in record:
             progress = self._progress(record["p"])
-            delivered = [Inflight.decode(row) for row in record.get("d") or ()]
+            if "o" in record:  # columns (log_popped)
+                pop_ms, invisible_ms, client = int(record["t"]), int(record["i"]), str(record["c"])
+                delivered = [(int(offset), Inflight(int(phys), pop_ms, invisible_ms, int(attempt), client))
+                             for offset, phys, attempt in zip(record["o"], record["x"], record["n"], strict=True)]
+            else:
+                delivered = [Inflight.decode(row) for row in record.get("d") or ()]
             for offset, entry in delivered:
                 if offset >= progress.committed:
                     progress.inflight[offset] = entry

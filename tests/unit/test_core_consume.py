@@ -141,3 +141,34 @@ async def test_pop_batched_ack_survives_a_restart_and_invisibility_changes(tmp_p
         assert again.value[0].attempt == 2
     finally:
         await broker.shutdown()
+
+
+async def test_acks_by_issued_handle_text_and_the_handles_that_need_checking(tmp_path) -> None:
+    """An ack naming the handle as handed out is recognised by its text; a handle the delivery no longer has (its
+    invisibility changed since), a forged one (another commit-log offset, a non-numeric field) or a lapsed one is
+    checked field by field and refused as before."""
+    broker = await _started(tmp_path)
+    try:
+        await _put(broker, 4)
+        core = broker.pop_core
+        got = await core.receive(PopReceiveRequest("pg", "Core", 32, invisible_ms=400, poll_ms=100))
+        assert got.ok and len(got.value) == 4
+        texts = [d.handle_text for d in got.value]
+        changed = core.change_invisibility(ChangeInvisibilityRequest("pg", "Core", texts[1], 60_000))
+        assert changed.ok
+        fields = texts[2].split(" ")
+        forged_phys = " ".join(fields[:8] + [str(int(fields[8]) + 1)])
+        forged_start = " ".join(["x"] + fields[1:])
+        acked = core.ack(AckRequest("pg", "Core", [texts[0], forged_phys, forged_start, texts[0]]))
+        assert acked.ok and [(a.ok, a.reason) for a in acked.value] == [
+            (True, ""), (False, "receipt_handle"), (False, "receipt_handle"), (True, "")]
+        assert "does not name" in acked.value[1].remark and "not one this broker" in acked.value[2].remark
+        await asyncio.sleep(0.5)  # the first handles lapse; the changed delivery is invisible for a minute
+        late = core.ack(AckRequest("pg", "Core", [texts[1], texts[2], changed.value.encode()]))
+        assert [(a.ok, a.reason) for a in late.value] == [(False, "receipt_handle"), (False, "receipt_handle"),
+                                                          (True, "")]
+        assert "expired" in late.value[0].remark and "expired" in late.value[1].remark
+        progress = broker.pop_service.state.get(("pg", "Core", 0))
+        assert sorted(progress.inflight) == [2, 3]  # the lapsed ones, to come back
+    finally:
+        await broker.shutdown()

@@ -62,6 +62,26 @@ def test_the_journal_replays_to_the_same_state(tmp_path):
     assert restored.get(KEY).inflight[3].expiry_ms == 10_000
 
 
+def test_a_pass_logged_as_columns_replays_like_rows(tmp_path):
+    live = PopState(str(tmp_path))
+    progress = live.add(KEY, 10)
+    for offset, phys, attempt in ((10, 500, 1), (12, 540, 3)):
+        progress.inflight[offset] = Inflight(phys, 7_000, 30_000, attempt, "client-2")
+    progress.skip_to(10, 14, [10, 12])  # 11 and 13 filtered out
+    live.log_popped(KEY, 10, 14, [10, 12], [500, 540], [1, 3], 7_000, 30_000, "client-2", "attempt-1")
+    progress.attempt_id = "attempt-1"
+    progress.finish([10])
+    live.log_finish(KEY, [10])
+    expected = _snapshot(live)
+    restored = PopState(str(tmp_path))
+    restored.load()
+    assert _snapshot(restored) == expected
+    entry = restored.get(KEY).inflight[12]
+    assert (entry.phys, entry.attempt, entry.expiry_ms, entry.renew_client, entry.first_pop_ms) == \
+        (540, 3, 37_000, "client-2", 7_000)
+    assert restored.get(KEY).committed == 12 and restored.get(KEY).attempt_id == "attempt-1"
+
+
 def test_a_snapshot_replaces_the_journal(tmp_path):
     state = PopState(str(tmp_path))
     progress = state.add(KEY, 0)
