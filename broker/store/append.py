@@ -58,6 +58,7 @@ class MessageAppender:
     last_store_timestamp: int
     _clock_ms: Callable[[], int] | None
     _listeners: list[ArrivalListener]
+    _topic_listeners: dict[str, list[ArrivalListener]]
     _topic_bytes: dict[str, bytes]
     _loaded: bool
     _shutdown: bool
@@ -67,10 +68,14 @@ class MessageAppender:
     _disk_refusal: Callable[[int], str | None]  # a remark while puts must be refused (disk full)
 
     # ------------------------------------------------------------------ API
-    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+    def add_arrival_listener(self, cb: ArrivalListener, topic: str | None = None) -> None:
         """``cb(topic, queue_id, max_offset_after, tags)`` once per put after dispatch; ``tags`` is the
-        tagsCode (int) for a single message and the list of tagsCodes for a batch."""
-        self._listeners.append(cb)
+        tagsCode (int) for a single message and the list of tagsCodes for a batch. With ``topic``: only puts to that
+        topic (the timer and the schedule service wait on their own topics: not a call for every put)."""
+        if topic is None:
+            self._listeners.append(cb)
+        else:
+            self._topic_listeners.setdefault(topic, []).append(cb)
 
     async def put_messages(self, msgs: list[MessageToStore]) -> PutResult:
         """Store a batch (one topic/queue, consecutive queue offsets)."""
@@ -98,7 +103,11 @@ class MessageAppender:
         return PutResult(status, remark=remark)
 
     def _notify_arrival(self, topic: str, queue_id: int, max_offset_after: int, tags: int | list[int]) -> None:
-        for cb in self._listeners:
+        listeners = self._listeners
+        own = self._topic_listeners.get(topic)
+        if own is not None:
+            listeners = listeners + own
+        for cb in listeners:
             try:
                 cb(topic, queue_id, max_offset_after, tags)
             except Exception:  # noqa: BLE001 - a listener must not fail the put
@@ -218,7 +227,7 @@ class MessageAppender:
         stats = self.stats
         stats["put_messages"] += count
         stats["put_bytes"] += total
-        if cq is not None and self._listeners:
+        if cq is not None:
             self._notify_arrival(topic, queue_id, cq.max_offset, tags)
         return PutResult(PutStatus.PUT_OK, phys_list[0], first_qoff, count, total, now, None, phys_list,
                          self.config.store_host)
@@ -269,6 +278,5 @@ class MessageAppender:
         stats = self.stats
         stats["put_messages"] += 1
         stats["put_bytes"] += size
-        if self._listeners:
-            self._notify_arrival(topic, queue_id, cq.max_offset, tags)
+        self._notify_arrival(topic, queue_id, cq.max_offset, tags)
         return PutResult(PutStatus.PUT_OK, phys, qoff, 1, size, now, None, [phys], self.config.store_host)
