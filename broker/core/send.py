@@ -60,6 +60,9 @@ _DEFERRED = object()  # send_run: this request's message waits for its queue's a
 #: the properties that make a message other than NORMAL (topic_message_type.message_type_of)
 _TYPED_PROPERTIES = frozenset({"TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
                                "__SHARDINGKEY"})
+#: a properties text this long or shorter is within MAX_PROPERTIES_BYTES whatever its characters (UTF-8: <= 3 bytes
+#: per UTF-16 unit, 4 per astral character, which Python counts as one)
+_ASCII_PROPERTIES_LIMIT = MAX_PROPERTIES_BYTES // 4
 
 
 class SendService:
@@ -288,13 +291,17 @@ class SendService:
                                    REASON_BODY_TOO_LARGE)
         if props is None:
             props = decode_properties(props_text)
-        if self.type_check:
-            refusal = self.type_problem(request, topic_config, props)
+        if self.type_check and (topic_config.attributes or not _TYPED_PROPERTIES.isdisjoint(props)):
+            refusal = self.type_problem(request, topic_config, props)  # not for a plain message to an untyped topic
             if refusal is not None:
                 return refusal
         queue_id = request.queue_id
         if queue_id < 0:
-            queue_id = self.pick_queue(queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)
+            sharding_key = props.get(PROP_SHARDING_KEY)
+            if sharding_key or picks is not None:
+                queue_id = self.pick_queue(queue_id, topic_config, sharding_key, picks)
+            else:  # pick_queue's own choice for one message: a queue at random
+                queue_id = self.random.getrandbits(30) % max(1, topic_config.write_queue_nums)
         reconsume_times = message.reconsume_times
         rebuild = False
 
@@ -338,7 +345,7 @@ class SendService:
             if props_text and not props_text.endswith("\x02"):
                 props_text += "\x02"
             props_text += suffix
-        if utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+        if len(props_text) > _ASCII_PROPERTIES_LIMIT and utf8_len(props_text) > MAX_PROPERTIES_BYTES:
             return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL,
                                    f"the message properties size {utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
 

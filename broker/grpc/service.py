@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from broker.acl.authorizer import Needs
 from broker.acl.resources import send_needs
@@ -384,43 +384,30 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ---- sending (the messaging core: broker/core/send.py) -----------------------------------------------------
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         """Decoded into one typed SendRequest (authorized as such), sent by the core, its outcomes answered as
-        entries. One message (the SDKs' usual call) takes ``_send_one``; several are each answered on their own, the
-        plain ones to one queue stored with one append."""
+        entries. One message (the SDKs' usual call, the hot path of a gRPC producer) is translated in one pass over
+        its fields, sent by the core's ``send`` (with ASYNC_FLUSH and no replication to wait for, without
+        suspending) and answered by ``_answer_one``; several are each answered on their own, the plain ones to one
+        queue stored with one append (``_send_many``)."""
         messages = request.messages
         if len(messages) != 1:
             return await self._send_many(messages, context)
         message = messages[0]
+        topic = message.topic.name
         if self.access.authorizer is not None:  # aclEnable=false: nothing to decide
-            topic = message.topic.name
             refused = self._admitted("SendMessage", send_needs(topic), context)
             if refused is not None:
                 return spb.SendMessageResponse(status=refused, entries=[spb.SendResultEntry(
                     status=refused, message_id=message.system_properties.message_id)])
-        answer = self._send_one(message, context)
-        return answer if type(answer) is spb.SendMessageResponse else await answer
-
-    def _send_one(self, message: pb.Message,
-                  context: Any) -> spb.SendMessageResponse | Awaitable[spb.SendMessageResponse]:
-        """One message, the hot path of a gRPC producer: translated in one pass over its fields, sent by the core's
-        ``send``, observed by the metrics as a remoting send is, answered from a prebuilt reply. With ASYNC_FLUSH and
-        no replication to wait for, the core answers at once and so does this, without a coroutine; otherwise the
-        awaitable answer."""
         peer, requester, born_host = _sender(context)
-        topic = message.topic.name
         translated = _translate(message, topic, peer, born_host, message.body)  # body: a copy each time it is read
         if type(translated) is tuple:
             entry = spb.SendResultEntry(status=status(*translated), message_id=message.system_properties.message_id)
             return spb.SendMessageResponse(status=entry.status, entries=[entry])
-        sender = self.sender
         started = perf_counter()
-        result = sender.send(SendRequest(topic, [translated], -1, topic, requester, "TBW102", 4))
+        result = self.sender.send(SendRequest(topic, [translated], -1, topic, requester, "TBW102", 4))
         if type(result) is not Outcome:
-            return self._settle_one(message, topic, translated, result, started)
+            result = await result
         return self._answer_one(message, topic, translated, result, started)
-
-    async def _settle_one(self, message: pb.Message, topic: str, translated: Message,
-                          result: Awaitable[Outcome], started: float) -> spb.SendMessageResponse:
-        return self._answer_one(message, topic, translated, await result, started)
 
     def _answer_one(self, message: pb.Message, topic: str, translated: Message, result: Outcome,
                     started: float) -> spb.SendMessageResponse:
