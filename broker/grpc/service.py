@@ -134,8 +134,8 @@ def _translate(message: pb.Message, topic: str, peer: str, born_host: bytes,
     else:
         props = {}
     sp = message.system_properties
-    if sp.HasField("tag"):
-        tag = sp.tag
+    tag = sp.tag
+    if tag or sp.HasField("tag"):  # a tag given empty is refused as blank
         if not tag.strip() or "|" in tag or _has_control(tag):
             return pb.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or has '|' or control characters"
         props["TAGS"] = tag
@@ -168,7 +168,8 @@ def _translate(message: pb.Message, topic: str, peer: str, born_host: bytes,
         deliver = sp.delivery_timestamp
         props["TIMER_DELIVER_MS"] = str(deliver.seconds * 1000 + deliver.nanos // 1_000_000)
     sys_flag = (1 if sp.body_encoding == pb.GZIP else 0) | (4 if transactional else 0)
-    return Message(body, None, props, 0, sys_flag, born_ms, born_host)
+    # the properties also encoded (as encode_properties does: no value is None here), so the core need not
+    return Message(body, "\x02".join(map("\x01".join, props.items())) + "\x02", props, 0, sys_flag, born_ms, born_host)
 
 
 _VALID_TOPICS: set[str] = set()  # topic names that passed validate_topic (bounded)
