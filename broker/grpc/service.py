@@ -384,7 +384,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         """Decoded into one typed SendRequest (authorized as such), sent by the core, its outcomes answered as
         entries. One message (the SDKs' usual call, the hot path of a gRPC producer) is translated in one pass over
-        its fields, sent by the core's ``send`` (with ASYNC_FLUSH and no replication to wait for, without
+        its fields, sent by the core's ``send_one`` (with ASYNC_FLUSH and no replication to wait for, without
         suspending) and answered by ``_answer_one``; several are each answered on their own, the plain ones to one
         queue stored with one append (``_send_many``)."""
         messages = request.messages
@@ -403,7 +403,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             entry = spb.SendResultEntry(status=status(*translated), message_id=message.system_properties.message_id)
             return spb.SendMessageResponse(status=entry.status, entries=[entry])
         started = perf_counter()
-        result = self.sender.send(SendRequest(topic, [translated], -1, topic, requester, "TBW102", 4))
+        result = self.sender.send_one(SendRequest(topic, [translated], -1, topic, requester, "TBW102", 4), translated)
         if type(result) is not Outcome:
             result = await result
         return self._answer_one(message, topic, translated, result, started)
