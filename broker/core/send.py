@@ -36,8 +36,8 @@ from broker.core.send_limits import SendLimits
 from broker.core.send_types import (DEFAULT_MAX_RECONSUME_TIMES, Message, PROP_CLUSTER, PROP_KEYS, PROP_SHARDING_KEY,
                                      PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME,
                                      REASON_ILLEGAL_TOPIC, REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE,
-                                     MessageIds, STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter, SUCCESS_CODE,
-                                     utf8_len, stored_outcome)
+                                     MessageIds, STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter,
+                                     SUCCESS_CODE, utf8_len, stored_outcome)
 from broker.descriptors import DescriptorsShortError
 from broker.managers.topic_message_type import remoting_type_problem, send_type_problem
 from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,

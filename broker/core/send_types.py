@@ -53,8 +53,8 @@ _LOCAL = Requester("127.0.0.1:0", "console")
 class Message:
     """One message to send. Its properties come either encoded (``properties_text``, as remoting carries them; a batch
     entry's as the UTF-8 bytes that arrived, ``raw_properties``) or decoded (``properties``, as gRPC carries them;
-    the core may change that dict), or both (they must agree: gRPC gives its dict's encoding too); tags and keys are the TAGS and KEYS properties. ``born_host`` is packed
-    (protocol.ids.pack_host)."""
+    the core may change that dict), or both (they must agree: gRPC gives its dict's encoding too); tags and keys are
+    the TAGS and KEYS properties. ``born_host`` is packed (protocol.ids.pack_host)."""
 
     body: bytes
     properties_text: str | None = None

@@ -240,7 +240,7 @@ class MessageAppender:
         dispatched (NOT or COMMIT), no KEYS, room in the current commit-log and consume-queue files); otherwise
         append. This runs once per message a producer sends one at a time (a gRPC SendMessage, a remoting send that
         came alone): each Python call in it costs ~1 µs live (caches are cold between two requests), so the commit
-        log checks its own room and the index writes its entry in one call."""
+        log checks its own room and the index file writes its entry and header in one call."""
         topic = m.topic
         topic_bytes = self._topic_bytes.get(topic)
         cq = self.consume_queues.get(topic, _NO_QUEUES).get(m.queue_id)
