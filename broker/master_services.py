@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from broker.timer.timed import TIMER_TOPIC
 from broker.transaction.half import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class MasterServices:
         if not self._loaded:
             self.schedule.load()
             self.timer.load()
-            self.store.add_arrival_listener(self.timer.on_message_arrival)
+            self.store.add_arrival_listener(self.timer.on_message_arrival, TIMER_TOPIC)
             self.pop.load()
             self._loaded = True
         else:

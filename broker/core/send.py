@@ -11,6 +11,7 @@ Three ways in, one per shape of traffic:
 
 * ``send(request)``: one message, or an atomic batch (``request.batch``: one queue, one append, one answer; any bad
   message refuses them all) — broker/core/send_batch.py;
+* ``send_one(request, message)``: ``send`` of one message, without its dispatch (the gRPC SendMessage of one message);
 * ``send_each(request)``: several independent messages of one topic (a gRPC SendMessage): each checked and answered on
   its own, the plain ones to one queue stored with one append;
 * ``send_run(requests)``: single sends read together from one connection (remoting pipelining): the same, one append
@@ -35,8 +36,8 @@ from broker.core.send_limits import SendLimits
 from broker.core.send_types import (DEFAULT_MAX_RECONSUME_TIMES, Message, PROP_CLUSTER, PROP_KEYS, PROP_SHARDING_KEY,
                                      PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME,
                                      REASON_ILLEGAL_TOPIC, REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE,
-                                     STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter, SUCCESS_CODE,
-                                     utf8_len, stored_outcome)
+                                     MessageIds, STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter,
+                                     SUCCESS_CODE, utf8_len, stored_outcome)
 from broker.descriptors import DescriptorsShortError
 from broker.managers.topic_message_type import remoting_type_problem, send_type_problem
 from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,
@@ -60,6 +61,9 @@ _DEFERRED = object()  # send_run: this request's message waits for its queue's a
 #: the properties that make a message other than NORMAL (topic_message_type.message_type_of)
 _TYPED_PROPERTIES = frozenset({"TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
                                "__SHARDINGKEY"})
+#: a properties text this long or shorter is within MAX_PROPERTIES_BYTES whatever its characters (UTF-8: <= 3 bytes
+#: per UTF-16 unit, 4 per astral character, which Python counts as one)
+_ASCII_PROPERTIES_LIMIT = MAX_PROPERTIES_BYTES // 4
 
 
 class SendService:
@@ -107,7 +111,7 @@ class SendService:
             return self._batch.send(request)
         if len(request.messages) != 1:
             return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, "give one message, or a batch")
-        return self._single(request, request.messages[0], None, None)
+        return self.send_one(request, request.messages[0])
 
     def send_each(self, request: SendRequest) -> list[Any]:
         """Each message of ``request`` sent on its own (its own checks and Outcome, in order); messages the broker
@@ -154,7 +158,7 @@ class SendService:
         picks: dict[str, int] = {}
         checked: dict[tuple, TopicConfig] = {}  # the run's (topic, group, queue) that passed check_topic
         results: list[Any] = []
-        single = self._single
+        single = self.send_one
         for request in requests:
             try:
                 if request.batch or len(request.messages) != 1:
@@ -251,12 +255,14 @@ class SendService:
         return None if problem is None else Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, problem, REASON_MESSAGE_TYPE)
 
     # ---- one message ---------------------------------------------------------------------------------------------
-    def _single(self, request: SendRequest, message: Message, deferred: list | None,
-                picks: dict[str, int] | None, checked: dict[tuple, TopicConfig] | None = None) -> Any:
-        """Check and build the message, then store it; with ``deferred`` (a run, ASYNC_FLUSH) a plain message is
-        added there and _DEFERRED returned: send_run stores it with the others of its queue. ``checked``: a run's
-        topic checks already passed (the same topic, group and queue pass again within one run: nothing they read
-        can change between two messages of it)."""
+    def send_one(self, request: SendRequest, message: Message, deferred: list | None = None,
+                 picks: dict[str, int] | None = None,
+                 checked: dict[tuple, TopicConfig] | None = None) -> Any:
+        """One message of ``request`` (not a batch): what ``send`` does for it, called directly by a front end that
+        has one message (the gRPC SendMessage: a call less per message). Check and build the message, then store it;
+        with ``deferred`` (a run, ASYNC_FLUSH) a plain message is added there and _DEFERRED returned: send_run
+        stores it with the others of its queue. ``checked``: a run's topic checks already passed (the same topic,
+        group and queue pass again within one run: nothing they read can change between two messages of it)."""
         props = message.properties
         props_text = message.properties_text
         if props is not None and props_text is None:
@@ -288,13 +294,17 @@ class SendService:
                                    REASON_BODY_TOO_LARGE)
         if props is None:
             props = decode_properties(props_text)
-        if self.type_check:
-            refusal = self.type_problem(request, topic_config, props)
+        if self.type_check and (topic_config.attributes or not _TYPED_PROPERTIES.isdisjoint(props)):
+            refusal = self.type_problem(request, topic_config, props)  # not for a plain message to an untyped topic
             if refusal is not None:
                 return refusal
         queue_id = request.queue_id
         if queue_id < 0:
-            queue_id = self.pick_queue(queue_id, topic_config, props.get(PROP_SHARDING_KEY), picks)
+            sharding_key = props.get(PROP_SHARDING_KEY)
+            if sharding_key or picks is not None:
+                queue_id = self.pick_queue(queue_id, topic_config, sharding_key, picks)
+            else:  # pick_queue's own choice for one message: a queue at random
+                queue_id = self.random.getrandbits(30) % max(1, topic_config.write_queue_nums)
         reconsume_times = message.reconsume_times
         rebuild = False
 
@@ -338,7 +348,7 @@ class SendService:
             if props_text and not props_text.endswith("\x02"):
                 props_text += "\x02"
             props_text += suffix
-        if utf8_len(props_text) > MAX_PROPERTIES_BYTES:
+        if len(props_text) > _ASCII_PROPERTIES_LIMIT and utf8_len(props_text) > MAX_PROPERTIES_BYTES:
             return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL,
                                    f"the message properties size {utf8_len(props_text)} exceeds {MAX_PROPERTIES_BYTES}")
 
@@ -375,7 +385,11 @@ class SendService:
             deferred.append((stored, queue_id, uniq_key, timed))
             return _DEFERRED
         if not self.sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
-            return stored_outcome(self.store.append_one(stored), queue_id, uniq_key, timed)
+            put = self.store.append_one(stored)
+            if put.status is PutStatus.PUT_OK:  # stored_outcome's usual case, without its call
+                return Outcome(SUCCESS_CODE, "", SendResult(MessageIds(put), queue_id, put.queue_offset, uniq_key,
+                                                            timed))
+            return stored_outcome(put, queue_id, uniq_key, timed)
         return self._put_one(stored, queue_id, uniq_key, timed)
 
     def _tag_code(self, tags: str) -> int:

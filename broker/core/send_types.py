@@ -53,8 +53,8 @@ _LOCAL = Requester("127.0.0.1:0", "console")
 class Message:
     """One message to send. Its properties come either encoded (``properties_text``, as remoting carries them; a batch
     entry's as the UTF-8 bytes that arrived, ``raw_properties``) or decoded (``properties``, as gRPC carries them;
-    the core may change that dict); tags and keys are the TAGS and KEYS properties. ``born_host`` is packed
-    (protocol.ids.pack_host)."""
+    the core may change that dict), or both (they must agree: gRPC gives its dict's encoding too); tags and keys are
+    the TAGS and KEYS properties. ``born_host`` is packed (protocol.ids.pack_host)."""
 
     body: bytes
     properties_text: str | None = None
@@ -142,7 +142,7 @@ def utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-class _MessageIds(Sequence[str]):
+class MessageIds(Sequence[str]):
     """A put's offset message ids, formatted only when read (a gRPC answer names none but a timed message's)."""
 
     __slots__ = ("_put",)
@@ -172,12 +172,12 @@ def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None,
     the refusal."""
     status = result.status
     if status is PutStatus.PUT_OK:
-        return Outcome(SUCCESS_CODE, "", SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id,
+        return Outcome(SUCCESS_CODE, "", SendResult(MessageIds(result), queue_id, result.queue_offset, transaction_id,
                                                 timed))
     code = _PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
     if code in STORED_CODES:
         return Outcome(int(code), status.name,
-                       SendResult(_MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
+                       SendResult(MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
     return Outcome(int(code), result.remark or f"put message failed: {status.name}")
 
 

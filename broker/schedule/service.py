@@ -114,7 +114,7 @@ class ScheduleMessageService:
         self._stopping = False
         self._running = True
         self._wakeup = asyncio.Event()
-        self.store.add_arrival_listener(self._on_arrival)
+        self.store.add_arrival_listener(self._on_arrival, SCHEDULE_TOPIC)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="schedule-delivery")
 
     async def stop(self, timeout: float = 5.0) -> None:

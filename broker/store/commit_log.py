@@ -225,17 +225,16 @@ class CommitLog:
         cur.wrote_position = pos
         return phys_list
 
-    def fits_current(self, size: int) -> bool:
-        """A record of ``size`` bytes (and the end-of-file marker after it) fits the current file: append_one may
-        write it there."""
-        cur = self._cur
-        return cur is not None and cur.wrote_position + size + BLANK_MARKER_SIZE <= self.file_size
-
     def append_one(self, m, props: bytes, size: int, topic_bytes: bytes, queue_id: int, queue_offset: int,
                    store_timestamp: int) -> int:
-        """One IPv4/V1 record that the caller checked fits the current file; returns its physical offset."""
+        """One IPv4/V1 record written to the current file; its physical offset, or -1 (nothing written) when the
+        record and the end-of-file marker after it do not fit there (no current file: -1 too)."""
         cur = self._cur
+        if cur is None:
+            return -1
         pos = cur.wrote_position
+        if pos + size + BLANK_MARKER_SIZE > self.file_size:
+            return -1
         if pos + size > cur.warm_position:
             cur.ensure_allocated(pos + size)  # StoreDiskFullError before anything is written
             cur.warm(pos + size + WARM_AHEAD)

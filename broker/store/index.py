@@ -54,14 +54,15 @@ class KeyHasher:
         return heads
 
     def __call__(self, topic: str, key: str) -> int:
-        """Index hash of one key (the single-message path): two cache lookups in the usual case."""
+        """Index hash of one key (the single-message path): the head's hash from the cache, the last 4 characters'
+        computed in place (for unique keys a cached tail mostly misses, and the cache is memory a cold call
+        touches)."""
         heads = self._heads.get(topic)  # only ASCII topics get a head cache
         if heads is None or len(key) < 4 or not key.isascii():
             return self.hash_many(topic, (key,))[0]
         head = key[:-4]
-        tail = key[-4:]
-        h = ((heads.get(head) or self._head_hash(topic, head)) * _P4
-             + (self._chunks.get(tail) or self._tail_hash(tail))) & _MASK32
+        a, b, c, d = key[-4:].encode()
+        h = ((heads.get(head) or self._head_hash(topic, head)) * _P4 + a * 29791 + b * 961 + c * 31 + d) & _MASK32
         return h if h < 0x80000000 else (0x100000000 - h) & _INT_MAX
 
     def hash_many(self, topic: str, keys) -> list[int]:
@@ -246,7 +247,8 @@ class IndexFile:
         return i
 
     def put_one(self, key_hash: int, phys: int, store_timestamp: int) -> None:
-        """put_many for one entry (the caller checked the file is not full)."""
+        """put_many for one entry (the caller checked the file is not full), its time diff and header bookkeeping
+        (``_time_diff``, ``_entries_written``) written out in place: this runs once per message stored."""
         mm = self.mm
         count = self.index_count
         if self.entries_base + (count + 1) * ENTRY_SIZE > self.allocated:
@@ -254,10 +256,25 @@ class IndexFile:
         slot_pos = HEADER_SIZE + (key_hash % self.slot_num) * 4
         prev = SLOT.unpack_from(mm, slot_pos)[0]
         new_slot = prev <= 0 or prev > count
-        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, key_hash, phys, self._time_diff(store_timestamp),
-                        0 if new_slot else prev)
+        begin = self.begin_timestamp
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = (store_timestamp - begin) // 1000
+            if not 0 <= diff <= _INT_MAX:
+                diff = 0 if diff < 0 else _INT_MAX
+        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, key_hash, phys, diff, 0 if new_slot else prev)
         SLOT.pack_into(mm, slot_pos, count)
-        self._entries_written(count, count + 1, new_slot, phys, phys, store_timestamp)
+        if count <= 1:
+            self.begin_phy_offset = phys
+            self.begin_timestamp = store_timestamp
+        self.index_count = count = count + 1
+        if new_slot:
+            self.hash_slot_count += 1
+        self.end_phy_offset = phys
+        self.end_timestamp = store_timestamp
+        HEADER.pack_into(mm, 0, self.begin_timestamp, store_timestamp, self.begin_phy_offset, phys,
+                         self.hash_slot_count, count)
 
     def time_matched(self, begin: int, end: int) -> bool:
         return begin <= self.end_timestamp and end >= self.begin_timestamp
@@ -350,8 +367,9 @@ class IndexService:
             done = f.put_many(hashes, phys, store_timestamp, done)
 
     def put_one(self, key_hash: int, phys: int, store_timestamp: int) -> None:
-        f = self.files[-1] if self.files else None
-        if f is None or f.is_full:
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.index_count >= f.index_num:  # full
             f = self._new_file()
         f.put_one(key_hash, phys, store_timestamp)
 

@@ -80,6 +80,7 @@ class MessageStore(MessageAppender):
         self.retention = RetentionService(self, consumer_offsets)
         self.last_store_timestamp = 0
         self._listeners: list[ArrivalListener] = []
+        self._topic_listeners: dict[str, list[ArrivalListener]] = {}  # topic -> listeners of its puts only
         self._topic_bytes: dict[str, bytes] = {}
         self._loaded = False
         self._started = False
