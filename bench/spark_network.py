@@ -11,7 +11,8 @@ the project's producer in batches, then in one SparkSession (local[2], spark_exp
 spark_export/bench.py) times, after a warm-up, --runs rounds of:
   file      spark.read.format("rocketmq").load(store) of each broker's store directory, union-ed
   network   spark.read.format("rocketmq").option("nameServer", ns).option("topic", T).load()
-  stream    spark.readStream ... maxOffsetsPerTrigger, startingOffsets earliest, into the noop sink with
+  stream    spark.readStream ... startingOffsets earliest, into the noop sink, with no maxOffsetsPerTrigger (one
+            micro-batch) and with --max-per-trigger, with
             trigger(availableNow=True), timed from start() to termination (a fresh checkpoint per run); and the same
             query from 'latest' (nothing to read): what a streaming query costs by itself
 for count(), a batch write of every row to the noop sink (what the stream does with its rows: count() lets the JVM
@@ -192,16 +193,18 @@ def run_spark(cluster: Cluster, args) -> None:
     streams = 0
     phases: dict[str, int] = {}  # the last stream's durationMs, summed over its micro-batches
 
-    def stream(starting: str = "earliest", expect: int = n) -> int:
+    def stream(starting: str = "earliest", expect: int = n, limit: int | None = args.max_per_trigger) -> int:
         """availableNow from `starting` (everything, or nothing with 'latest': what a streaming query costs by
-        itself), maxOffsetsPerTrigger per micro-batch, into the noop sink."""
+        itself), maxOffsetsPerTrigger per micro-batch (limit None: no limit, everything in one micro-batch),
+        into the noop sink."""
         nonlocal streams
         streams += 1
         checkpoint = cluster.workdir / "checkpoints" / str(streams)
         reader = spark.readStream.format("rocketmq").option("startingOffsets", starting)
         for key, value in opts.items():
             reader = reader.option(key, value)
-        reader = reader.option("maxOffsetsPerTrigger", str(args.max_per_trigger))
+        if limit:
+            reader = reader.option("maxOffsetsPerTrigger", str(limit))
         query = (reader.load().writeStream.format("noop").trigger(availableNow=True)
                  .option("checkpointLocation", str(checkpoint)).start())
         try:
@@ -243,6 +246,7 @@ def run_spark(cluster: Cluster, args) -> None:
         ("network: write noop", noop(net_df)),
         ("file: groupBy(topic,tags)", group(file_df)),
         ("network: groupBy(topic,tags)", group(net_df)),
+        ("stream availableNow, one micro-batch", lambda: stream(limit=None)),
         (f"stream availableNow, {args.max_per_trigger:,}/trigger", stream),
         ("stream availableNow, nothing to read", lambda: stream("latest", 0)),
     ]
@@ -252,7 +256,7 @@ def run_spark(cluster: Cluster, args) -> None:
           "brokers")
     median = {name: statistics.median(t) for name, t in times.items()}
     best = {name: min(t) for name, t in times.items()}
-    stream_name, empty_name = cases[-2][0], cases[-1][0]
+    whole_name, stream_name, empty_name = cases[-3][0], cases[-2][0], cases[-1][0]
     for name, _ in cases:
         used = [statistics.median(c[k] for c in cpu[name]) for k in range(3)]
         rate = "-" if name == empty_name else f"{n / median[name]:,.0f}"
@@ -264,10 +268,12 @@ def run_spark(cluster: Cluster, args) -> None:
     for label, num, den in (("network / file, count()", "network: count()", "file: count()"),
                             ("network / file, groupBy", "network: groupBy(topic,tags)", "file: groupBy(topic,tags)"),
                             ("network / file, write noop", "network: write noop", "file: write noop"),
+                            ("stream (one batch) / file count()", whole_name, "file: count()"),
+                            ("stream (one batch) / file noop", whole_name, "file: write noop"),
                             ("stream / file count()", stream_name, "file: count()"),
                             ("stream / file write noop", stream_name, "file: write noop"),
                             ("stream / network count()", stream_name, "network: count()")):
-        print(f"  {label:<30} median {median[den] / median[num]:>5.2f}x   best {best[den] / best[num]:>5.2f}x")
+        print(f"  {label:<34} median {median[den] / median[num]:>5.2f}x   best {best[den] / best[num]:>5.2f}x")
     net = median[stream_name] - median[empty_name]
     print(f"  the stream without a streaming query's own cost (the nothing-to-read query's {median[empty_name]:.2f} s): "
           f"{n / net:,.0f} msgs/s, {median['file: count()'] / net:.2f}x the file count() rate")
