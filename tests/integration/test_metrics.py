@@ -101,6 +101,10 @@ async def test_grpc_sends_count_as_remoting_sends(grpc_broker_factory):
         refused = await stub.SendMessage(spb.SendMessageRequest(messages=[message("SCHEDULE_TOPIC_XXXX", 9)]),
                                          metadata=metadata, timeout=10)
         assert refused.status.code == pb.FORBIDDEN, refused.status
+        empty = message("GTopic", 10)
+        empty.body = b""  # refused by the 5.x shape checks, before the core: counted all the same
+        shape = await stub.SendMessage(spb.SendMessageRequest(messages=[empty]), metadata=metadata, timeout=10)
+        assert shape.status.code == pb.MESSAGE_BODY_EMPTY, shape.status
     async with await WireClient.connect(broker.addr) as client:
         resp = await client.request(RC.SEND_MESSAGE_V2, send_v2_fields("GTopic", 0), b"r" * 50)
         assert resp.code == 0
@@ -108,6 +112,7 @@ async def test_grpc_sends_count_as_remoting_sends(grpc_broker_factory):
     m = await scrape(port)
     assert m[("rocketmq_messages_in_total", (("topic", "GTopic"),))] == 4
     assert m[("rocketmq_bytes_in_total", (("topic", "GTopic"),))] == 350  # 3 x 100 over gRPC, 50 over remoting
-    assert m[("rocketmq_send_latency_seconds_count", ())] == 3  # per request: two gRPC, one remoting
+    assert m[("rocketmq_send_latency_seconds_count", ())] == 4  # per request: three gRPC, one remoting
     assert m[("rocketmq_requests_rejected_total", (("code", "NO_PERMISSION"), ("family", "send")))] == 1
+    assert m[("rocketmq_requests_rejected_total", (("code", "MESSAGE_ILLEGAL"), ("family", "send")))] == 1
     assert "rejected a send of 1 message(s) to topic SCHEDULE_TOPIC_XXXX" in broker.log_text()
