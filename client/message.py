@@ -107,9 +107,12 @@ SEND_STATUS_BY_CODE = {
 
 
 class SendResult:
-    """Outcome of a send. `msg_id` is the client UNIQ_KEY (comma-joined for batches); `offset_msg_id` is the broker's."""
+    """Outcome of a send. `msg_id` is the client UNIQ_KEY (comma-joined for batches); `offset_msg_id` is the broker's.
+    `region_id` and `trace_on` are the broker's answer's MSG_REGION and TRACE_ON (its `regionId` and `traceOn`):
+    message traces record the region and are not written for a broker that answers TRACE_ON=false."""
 
-    __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "message_queue", "transaction_id")
+    __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "message_queue", "transaction_id",
+                 "region_id", "trace_on")
 
     def __init__(
         self,
@@ -120,6 +123,8 @@ class SendResult:
         queue_offset: int,
         message_queue: MessageQueue,
         transaction_id: str | None = None,
+        region_id: str = "",
+        trace_on: bool = True,
     ) -> None:
         self.status = status
         self.msg_id = msg_id
@@ -128,6 +133,8 @@ class SendResult:
         self.queue_offset = queue_offset
         self.message_queue = message_queue
         self.transaction_id = transaction_id
+        self.region_id = region_id
+        self.trace_on = trace_on
 
     def __repr__(self) -> str:
         return (

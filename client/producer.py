@@ -619,5 +619,5 @@ class Producer(ClientLifecycle):
             mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
         return SendResult(
             status, prepared.msg_id, ext.get("msgId"), queue_id, _int(ext.get("queueOffset"), -1), mq,
-            ext.get("transactionId"),
+            ext.get("transactionId"), ext.get("MSG_REGION") or "", ext.get("TRACE_ON") != "false",
         )

@@ -168,8 +168,9 @@ class TraceDispatcher:
     # ---- what is recorded -----------------------------------------------------------------------
     def record_pub(self, group: str, msg: Message, result: SendResult, began_ms: int, store_host: str,
                    delay_level: int | None = None) -> None:
-        if msg.topic == self.trace_topic or msg.properties.get("TRACE_ON") == "false":
-            return
+        if msg.topic == self.trace_topic or msg.properties.get("TRACE_ON") == "false" or not result.trace_on:
+            return  # the broker's traceOn=false (TRACE_ON in its answer) turns the producer's traces off, as the
+            # reference client's send hook does
         if msg.properties.get("TRAN_MSG") == "true":
             msg_type = MessageType.TRANS_HALF
         elif delay_level or msg.delay_level or msg.deliver_time_ms:
@@ -178,7 +179,7 @@ class TraceDispatcher:
             msg_type = MessageType.NORMAL
         body = msg.body
         self.append(TraceRecord(
-            "Pub", began_ms, DEFAULT_REGION, group, msg.topic, result.msg_id, msg.tags or "", " ".join(msg.keys),
+            "Pub", began_ms, result.region_id or DEFAULT_REGION, group, msg.topic, result.msg_id, msg.tags or "", " ".join(msg.keys),
             store_host, len(body) if body is not None else 0, max(0, _ms() - began_ms), msg_type,
             result.offset_msg_id or "", result.status is SendStatus.SEND_OK))
 

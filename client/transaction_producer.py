@@ -78,7 +78,8 @@ class TransactionSendResult(SendResult):
 
     def __init__(self, result: SendResult, state: LocalTransactionState) -> None:
         super().__init__(result.status, result.msg_id, result.offset_msg_id, result.queue_id, result.queue_offset,
-                         result.message_queue, result.transaction_id or result.msg_id)
+                         result.message_queue, result.transaction_id or result.msg_id, result.region_id,
+                         result.trace_on)
         self.local_transaction_state = state
 
     def __repr__(self) -> str:

@@ -142,3 +142,20 @@ async def test_trace_topic_is_created_at_start_up_and_can_be_renamed(broker_fact
     with pytest.raises(RuntimeError):
         bad.start(timeout=15)
     assert "msgTraceTopicName" in bad.log_text()
+
+
+async def test_the_brokers_region_and_trace_switch_reach_the_producer(broker_factory):
+    """A send's answer carries the broker's regionId and traceOn (MSG_REGION, TRACE_ON): the producer's result has
+    them, its Pub records are stamped with the region, and a broker with traceOn=false gets no Pub records."""
+    from client.trace import TraceDispatcher
+
+    broker = broker_factory(extra={"regionId": "eu-west-1", "traceOn": "false"})
+    async with Producer("RegionGroup", broker.namesrv_addr) as producer:
+        result = await producer.send(Message("RegionTopic", b"x", tags="t"))
+    assert (result.region_id, result.trace_on) == ("eu-west-1", False)
+    dispatcher = TraceDispatcher("RegionGroup", broker.namesrv_addr)
+    dispatcher.record_pub("RegionGroup", Message("RegionTopic", b"x"), result, 0, broker.addr)
+    assert not dispatcher._pending  # traceOn=false: nothing recorded
+    result.trace_on = True
+    dispatcher.record_pub("RegionGroup", Message("RegionTopic", b"x"), result, 0, broker.addr)
+    assert [r.region_id for r in dispatcher._pending] == ["eu-west-1"]
