@@ -51,8 +51,9 @@ QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 class Producer(ClientLifecycle):
     """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`.
 
-    enable_trace=True records a message trace (a Pub record) for every message `send`/`send_async` stored, sent in
-    batches in the background to `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the reference clients' format."""
+    enable_trace=True records a message trace (a Pub record) for every message `send`/`send_async`/`send_batch`
+    stored, sent in batches in the background to `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the reference
+    clients' format."""
 
     def __init__(
         self,

@@ -171,24 +171,48 @@ class TraceDispatcher:
         if msg.topic == self.trace_topic or msg.properties.get("TRACE_ON") == "false" or not result.trace_on:
             return  # the broker's traceOn=false (TRACE_ON in its answer) turns the producer's traces off, as the
             # reference client's send hook does
-        if msg.properties.get("TRAN_MSG") == "true":
-            msg_type = MessageType.TRANS_HALF
-        elif delay_level or msg.delay_level or msg.deliver_time_ms:
-            msg_type = MessageType.DELAY
-        else:
-            msg_type = MessageType.NORMAL
         body = msg.body
         self.append(TraceRecord(
-            "Pub", began_ms, result.region_id or DEFAULT_REGION, group, msg.topic, result.msg_id, msg.tags or "", " ".join(msg.keys),
-            store_host, len(body) if body is not None else 0, max(0, _ms() - began_ms), msg_type,
-            result.offset_msg_id or "", result.status is SendStatus.SEND_OK))
+            "Pub", began_ms, result.region_id or DEFAULT_REGION, group, msg.topic, result.msg_id, msg.tags or "",
+            " ".join(msg.keys), store_host, len(body) if body is not None else 0, max(0, _ms() - began_ms),
+            _pub_type(msg, delay_level), result.offset_msg_id or "", result.status is SendStatus.SEND_OK))
+
+    def record_pub_batch(self, group: str, msgs: list[Message], result: SendResult, began_ms: int,
+                         store_host: str) -> None:
+        """One Pub per message of a batch (each findable by its own msgId; the batch's ids are comma-joined in the
+        result, in order), the batch's cost shared between them as the reference's hook shares it between beans."""
+        if not msgs or msgs[0].topic == self.trace_topic or not result.trace_on:
+            return
+        ids = result.msg_id.split(",")
+        offset_ids = (result.offset_msg_id or "").split(",")
+        if len(offset_ids) != len(ids):
+            offset_ids = [""] * len(ids)
+        cost = max(0, _ms() - began_ms) // len(msgs)
+        region = result.region_id or DEFAULT_REGION
+        ok = result.status is SendStatus.SEND_OK
+        for msg, msg_id, offset_id in zip(msgs, ids, offset_ids):
+            if msg.properties.get("TRACE_ON") == "false":
+                continue
+            body = msg.body
+            self.append(TraceRecord("Pub", began_ms, region, group, msg.topic, msg_id, msg.tags or "",
+                                    " ".join(msg.keys), store_host, len(body) if body is not None else 0, cost,
+                                    _pub_type(msg, None), offset_id, ok))
+
+
+def _pub_type(msg: Message, delay_level: int | None) -> MessageType:
+    if msg.properties.get("TRAN_MSG") == "true":
+        return MessageType.TRANS_HALF
+    if delay_level or msg.delay_level or msg.deliver_time_ms:
+        return MessageType.DELAY
+    return MessageType.NORMAL
 
 
 def trace_producer(producer: "Producer", dispatcher: TraceDispatcher) -> None:
-    """Wrap the producer's `send` and `send_async` so each successful send records a Pub (the untraced methods
-    stay as they are: a producer without tracing pays nothing)."""
+    """Wrap the producer's `send`, `send_async` and `send_batch` so each successful send records a Pub per message
+    (the untraced methods stay as they are: a producer without tracing pays nothing)."""
     send = producer.send
     send_async = producer.send_async
+    send_batch = producer.send_batch
     group = producer.group
 
     def store_host(result: SendResult) -> str:
@@ -214,8 +238,17 @@ def trace_producer(producer: "Producer", dispatcher: TraceDispatcher) -> None:
         task.add_done_callback(done)
         return task
 
+    @functools.wraps(send_batch)
+    async def traced_send_batch(msgs: Any, **kwargs: Any) -> SendResult:
+        messages = list(msgs)
+        began = _ms()
+        result = await send_batch(messages, **kwargs)
+        dispatcher.record_pub_batch(group, messages, result, began, store_host(result))
+        return result
+
     producer.send = traced_send  # type: ignore[method-assign]
     producer.send_async = traced_send_async  # type: ignore[method-assign]
+    producer.send_batch = traced_send_batch  # type: ignore[method-assign]
 
 
 class _Call:

@@ -5,6 +5,7 @@ records to the trace topic the broker created (traceTopicEnable); the web consol
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -159,3 +160,24 @@ async def test_the_brokers_region_and_trace_switch_reach_the_producer(broker_fac
     result.trace_on = True
     dispatcher.record_pub("RegionGroup", Message("RegionTopic", b"x"), result, 0, broker.addr)
     assert [r.region_id for r in dispatcher._pending] == ["eu-west-1"]
+
+
+async def test_each_message_of_a_traced_batch_has_its_own_trace(broker_factory):
+    broker = broker_factory(extra={"traceTopicEnable": "true"})
+    ns = broker.namesrv_addr
+    async with Producer("batch-pg", ns, enable_trace=True) as producer:
+        result = await producer.send_batch([Message("TraceBatch", f"b{i}".encode(), tags="tb", keys=[f"bk{i}"])
+                                            for i in range(3)])
+    ids = result.msg_id.split(",")
+    assert len(ids) == 3
+    for i, msg_id in enumerate(ids):  # the producer flushed its traces when it closed
+        answer = None
+        for _ in range(100):
+            shown = mqadmin(ns, "queryMsgTraceById", "-i", msg_id, "--json")
+            if shown.returncode == 0:
+                answer = json.loads(shown.stdout)
+                break
+            await asyncio.sleep(0.1)
+        assert answer is not None, f"no trace of {msg_id}"
+        assert [(s["producerGroup"], s["topic"], s["keys"]) for s in answer["sends"]] == \
+            [("batch-pg", "TraceBatch", f"bk{i}")]
