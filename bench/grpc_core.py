@@ -49,11 +49,9 @@ SERVER_OPTIONS = [("grpc.max_receive_message_length", 130 * 1024 * 1024),
 
 
 # ---- the floor: a bare grpc.aio server with fixed replies ---------------------------------------------------------
-def floor_server(port: int) -> None:
-    """Serve MessagingService on 127.0.0.1:port with fixed replies until killed (run in its own process)."""
-    import grpc
-    import uvloop
-
+def fixed_servicer():
+    """A MessagingService answering SendMessage, ReceiveMessage and AckMessage with fixed, prebuilt replies (no checks,
+    no store): the floor's servicer, and what bench/fixed_grpc_broker.py puts in the real broker."""
     from protocol.grpc import definition_pb2 as pb
     from protocol.grpc import service_pb2 as spb
     from protocol.grpc import service_pb2_grpc
@@ -88,10 +86,22 @@ def floor_server(port: int) -> None:
             return spb.AckMessageResponse(status=ok, entries=[spb.AckMessageResultEntry(
                 message_id=e.message_id, receipt_handle=e.receipt_handle, status=ok) for e in request.entries])
 
+    return Fixed
+
+
+def floor_server(port: int) -> None:
+    """Serve MessagingService on 127.0.0.1:port with fixed replies until killed (run in its own process)."""
+    import grpc
+    import uvloop
+
+    from protocol.grpc import service_pb2_grpc
+
+    servicer = fixed_servicer()()
+
     async def serve() -> None:
         server = grpc.aio.server(options=SERVER_OPTIONS)
         server.add_insecure_port(f"127.0.0.1:{port}")
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(Fixed(), server)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
         await server.start()
         print("READY", flush=True)
         await server.wait_for_termination()
