@@ -110,6 +110,17 @@ def floor_server(port: int) -> None:
     asyncio.run(serve())
 
 
+def start_floor(port: int) -> subprocess.Popen:
+    """The floor server in its own process (this script with --floor-server), once it serves; the caller kills it."""
+    floor = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-server", str(port)],
+                             stdout=subprocess.PIPE, text=True)
+    if floor.stdout.readline().strip() != "READY":
+        floor.kill()
+        floor.wait()
+        raise RuntimeError("the floor server did not start")
+    return floor
+
+
 def sample_message(pb, topic: str = TOPIC, message_id: str = "01C0A8000100002A9F0000000000000001"):
     """A message as the 5.x SDK sends it: body, tag, message id, born time and host, NORMAL type."""
     now = time.time()
@@ -246,11 +257,8 @@ def main() -> int:
         broker, namesrv_port = prepare_broker(work, 256 << 20, None,
                                               extra={"enableGrpcProxy": "true", "grpcServerPort": grpc_port})
         print(broker.start().boot_line)
-        floor = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--floor-server", str(floor_port)],
-                                 stdout=subprocess.PIPE, text=True)
+        floor = start_floor(floor_port)
         try:
-            if floor.stdout.readline().strip() != "READY":
-                raise RuntimeError("the floor server did not start")
             create_topic(f"127.0.0.1:{namesrv_port}", broker.addr)
             figures: dict[str, dict[str, list[dict]]] = {w: {"floor": [], "ours": []} for w in workloads}
             for _round in range(args.rounds):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -80,10 +79,7 @@ def main() -> int:
                                               extra={"enableGrpcProxy": "true", "grpcServerPort": grpc_port})
         broker.start()
         try:
-            floor = subprocess.Popen([sys.executable, str(BENCH / "grpc_core.py"), "--floor-server", str(floor_port)],
-                                     stdout=subprocess.PIPE, text=True)
-            if floor.stdout.readline().strip() != "READY":
-                raise RuntimeError("the floor server did not start")
+            floor = grpc_core.start_floor(floor_port)
             namesrv = f"127.0.0.1:{namesrv_port}"
             grpc_core.create_topic(namesrv, broker.addr)
             if args.workload == "receive":

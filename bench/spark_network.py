@@ -55,6 +55,7 @@ from spark_network_cluster import (
     cpu_seconds,
     prepare,
     rss_anon,
+    run_available_now,
     spark_cpu,
 )
 
@@ -207,13 +208,7 @@ def run_spark(cluster: Cluster, args) -> None:
             reader = reader.option("maxOffsetsPerTrigger", str(limit))
         query = (reader.load().writeStream.format("noop").trigger(availableNow=True)
                  .option("checkpointLocation", str(checkpoint)).start())
-        try:
-            if not query.awaitTermination(600):
-                raise RuntimeError("the availableNow query did not end within 600 s")
-        finally:
-            query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+        run_available_now(query)
         rows = sum(p["numInputRows"] for p in query.recentProgress)
         batches = sum(1 for p in query.recentProgress if p["numInputRows"])
         if expect:

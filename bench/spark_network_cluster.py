@@ -173,6 +173,19 @@ def prepare(workdir: Path, messages: int, body_size: int, queues_per_broker: int
     return cluster
 
 
+def run_available_now(query, timeout_s: float = 600) -> None:
+    """Wait for a started trigger(availableNow=True) query to end (stopped in any case); RuntimeError when it did not
+    end in time or failed. (spark_network_ab.py's session keeps its own copy: it runs with another checkout's
+    packages on its path, where this module's imports are not found.)"""
+    try:
+        if not query.awaitTermination(timeout_s):
+            raise RuntimeError(f"the availableNow query did not end within {timeout_s:.0f} s")
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+
+
 def cpu_seconds(pid: int | None, reaped: bool = False) -> float:
     """User + system CPU seconds a process has used so far (0 when it is gone); reaped: with its children that
     ended and were waited for (a Python daemon's forked workers)."""

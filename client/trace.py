@@ -171,11 +171,8 @@ class TraceDispatcher:
         if msg.topic == self.trace_topic or msg.properties.get("TRACE_ON") == "false" or not result.trace_on:
             return  # the broker's traceOn=false (TRACE_ON in its answer) turns the producer's traces off, as the
             # reference client's send hook does
-        body = msg.body
-        self.append(TraceRecord(
-            "Pub", began_ms, result.region_id or DEFAULT_REGION, group, msg.topic, result.msg_id, msg.tags or "",
-            " ".join(msg.keys), store_host, len(body) if body is not None else 0, max(0, _ms() - began_ms),
-            _pub_type(msg, delay_level), result.offset_msg_id or "", result.status is SendStatus.SEND_OK))
+        self.append(_pub(group, msg, result, result.msg_id, result.offset_msg_id or "", began_ms, store_host,
+                         max(0, _ms() - began_ms), delay_level))
 
     def record_pub_batch(self, group: str, msgs: list[Message], result: SendResult, began_ms: int,
                          store_host: str) -> None:
@@ -188,23 +185,24 @@ class TraceDispatcher:
         if len(offset_ids) != len(ids):
             offset_ids = [""] * len(ids)
         cost = max(0, _ms() - began_ms) // len(msgs)
-        region = result.region_id or DEFAULT_REGION
-        ok = result.status is SendStatus.SEND_OK
         for msg, msg_id, offset_id in zip(msgs, ids, offset_ids):
-            if msg.properties.get("TRACE_ON") == "false":
-                continue
-            body = msg.body
-            self.append(TraceRecord("Pub", began_ms, region, group, msg.topic, msg_id, msg.tags or "",
-                                    " ".join(msg.keys), store_host, len(body) if body is not None else 0, cost,
-                                    _pub_type(msg, None), offset_id, ok))
+            if msg.properties.get("TRACE_ON") != "false":
+                self.append(_pub(group, msg, result, msg_id, offset_id, began_ms, store_host, cost, None))
 
 
-def _pub_type(msg: Message, delay_level: int | None) -> MessageType:
+def _pub(group: str, msg: Message, result: SendResult, msg_id: str, offset_msg_id: str, began_ms: int,
+         store_host: str, cost_ms: int, delay_level: int | None) -> TraceRecord:
+    """The Pub record of one stored message (of a single send, or one of a batch)."""
     if msg.properties.get("TRAN_MSG") == "true":
-        return MessageType.TRANS_HALF
-    if delay_level or msg.delay_level or msg.deliver_time_ms:
-        return MessageType.DELAY
-    return MessageType.NORMAL
+        msg_type = MessageType.TRANS_HALF
+    elif delay_level or msg.delay_level or msg.deliver_time_ms:
+        msg_type = MessageType.DELAY
+    else:
+        msg_type = MessageType.NORMAL
+    body = msg.body
+    return TraceRecord("Pub", began_ms, result.region_id or DEFAULT_REGION, group, msg.topic, msg_id, msg.tags or "",
+                       " ".join(msg.keys), store_host, len(body) if body is not None else 0, cost_ms, msg_type,
+                       offset_msg_id, result.status is SendStatus.SEND_OK)
 
 
 def trace_producer(producer: "Producer", dispatcher: TraceDispatcher) -> None:

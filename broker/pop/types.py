@@ -43,22 +43,19 @@ class PopRequest:
     attempt_id: str = ""
 
 
+@dataclass(slots=True)
 class Delivery:
     """One message a receive hands out: the stored record; its receipt handle as text (written once, from its
     fields, by the receive: front ends send it as is) and invisible time; the delivery attempt; and the original
     topic, queue and offset (also for a message popped from the retry topic). ``handle`` parses the text."""
 
-    __slots__ = ("record", "handle_text", "invisible_ms", "attempt", "topic", "queue_id", "queue_offset")
-
-    def __init__(self, record: MessageRecord, handle_text: str, invisible_ms: int, attempt: int, topic: str,
-                 queue_id: int, queue_offset: int) -> None:
-        self.record = record
-        self.handle_text = handle_text
-        self.invisible_ms = invisible_ms
-        self.attempt = attempt
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
+    record: MessageRecord
+    handle_text: str
+    invisible_ms: int
+    attempt: int
+    topic: str
+    queue_id: int
+    queue_offset: int
 
     @property
     def handle(self) -> ReceiptHandle:
