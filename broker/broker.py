@@ -21,6 +21,7 @@ from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.core.arrivals import Arrivals
 from broker.core.consume import GroupNames, Puller
 from broker.core.pop import PopCore
+from broker.core.recall import RecallService
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
 from broker.listeners import listen, listen_optional
 from broker.managers.broker_name_file import write_broker_name
@@ -140,6 +141,7 @@ class Broker:
                                 group_names)
         # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
         self.send_service, self.end_transaction_service = self._build_core()
+        self.recall_service = RecallService(config, self.topic_config_manager, self.store, self.timer_service)
         # One set of connection limits for every port of this process (broker, VIP, embedded name server).
         self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config), self.descriptors)
         # Plain ACL (aclEnable): the accounts file is read here so that a bad one stops start-up (ConfigError).
@@ -240,7 +242,7 @@ class Broker:
         store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
         consumers, offsets = self.consumer_manager, self.consumer_offset_manager
         return Processors(
-            send=SendProcessor(self.send_service),
+            send=SendProcessor(self.send_service, self.recall_service),
             pull=PullProcessor(self.puller, self.arrivals, observer=self.metrics.observe_pull),
             transaction=TransactionProcessor(self.end_transaction_service, self.transaction_service,
                                              config.broker_name),
@@ -487,7 +489,7 @@ class Broker:
         from broker.grpc.server import GrpcEndpoint
 
         parts = GrpcParts(cfg, self.send_service, self.end_transaction_service, self.pop_core, self.pop_service,
-                          self.topic_config_manager, self.store, self.timer_service, self.transaction_service,
+                          self.topic_config_manager, self.recall_service, self.transaction_service,
                           self.authorizer, self.tls)
         endpoint = GrpcEndpoint(parts, cfg.listen_host, port)
         if await listen_optional("grpcServerPort", cfg.grpc_server_port, endpoint, "gRPC endpoint"):

@@ -133,6 +133,7 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370  # 5.x: cancel a timed message before its time (protocol/recall.py)
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
     # Controller mode (5.x automatic failover; controller.md §11)

@@ -19,6 +19,7 @@ from protocol.bodies import CheckClientRequestBody, HeartbeatData, LockBatchRequ
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers import HeaderError
+from protocol.recall import RecallMessageRequestHeader
 
 __all__ = ["INLINE_BODY_MAX", "READABLE_CODES", "RequestError", "read_request", "reads_body"]
 
@@ -92,6 +93,7 @@ _READERS: dict[int, Reader] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: _header(h.ConsumerSendMsgBackRequestHeader),
     RequestCode.RESEND_DLQ_MESSAGE: _header(h.ResendDlqMessageRequestHeader),
     RequestCode.END_TRANSACTION: _header(h.EndTransactionRequestHeader),
+    RequestCode.RECALL_MESSAGE: _header(RecallMessageRequestHeader),
     RequestCode.UPDATE_AND_CREATE_TOPIC: _header(h.CreateTopicRequestHeader),
     RequestCode.DELETE_TOPIC_IN_BROKER: _header(h.DeleteTopicRequestHeader),
     RequestCode.GET_TOPIC_STATS_INFO: _header(h.GetTopicStatsInfoRequestHeader),

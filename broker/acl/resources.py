@@ -244,6 +244,7 @@ _RESOLVERS: dict[int, Callable[[Any, RecordTopics | None], Needs]] = {
     RequestCode.SEND_MESSAGE_V2: _send,
     RequestCode.SEND_REPLY_MESSAGE_V2: _send,
     RequestCode.SEND_BATCH_MESSAGE: _send,
+    RequestCode.RECALL_MESSAGE: _send,  # the reference's Action.PUB on the topic it names
     RequestCode.PULL_MESSAGE: _pull,
     RequestCode.LITE_PULL_MESSAGE: _pull,
     RequestCode.QUERY_MESSAGE: _topic_sub,

@@ -59,6 +59,10 @@ KEYS = (
     _k("renewMaxTimeMillis", int, 3 * 3600 * 1000, Positive()),
     # 5.x timed messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS): how far ahead they may be
     _k("timerMaxDelaySec", int, 3 * 24 * 3600, Positive()),
+    # RecallMessage (both protocols, broker/core/recall.py): off by default, as in the reference; with the broker's
+    # write permission taken away, still allowed unless allowRecallWhenBrokerNotWriteable=false
+    _k("recallMessageEnable", bool, False),
+    _k("allowRecallWhenBrokerNotWriteable", bool, True),
     # 5.x topic message types (the topic attribute message.type, broker/managers/topic_message_type.py): a send
     # whose type is not its topic's is refused (the reference proxy's key, default true since 5.1); MIXED topics
     # (any type) may be created only with enableMixedMessageType

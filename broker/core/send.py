@@ -364,7 +364,7 @@ class SendService:
             code = self._tag_code(tags)
         stored = MessageToStore(topic, queue_id, message.flag, sys_flag, message.born_timestamp, message.born_host,
                                 reconsume_times, body, props_text, code, props.get(PROP_KEYS), uniq_key)
-        timed = False
+        timed = 0
         if half:  # transactions.md §2: stored in the half queue, invisible until END_TRANSACTION commits it
             if self.config.reject_transaction_message:
                 return Outcome.refused(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending "
@@ -378,7 +378,8 @@ class SendService:
             refusal_text = self._to_timer(stored, props)  # 5.x timed messages wait in rmq_sys_wheel_timer
             if refusal_text is not None:
                 return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal_text, REASON_DELIVERY_TIME)
-            timed = stored.topic != topic
+            if stored.topic != topic:  # waits in the timer: its delivery time names it in a recall handle
+                timed = int(props[PROP_TIMER_DELIVER_MS])
         if self.replication.sync_master:
             return self._put_replicated(stored, queue_id, uniq_key, timed)
         if deferred is not None:
@@ -450,7 +451,7 @@ class SendService:
         return outcomes
 
     async def _put_replicated(self, message: MessageToStore, queue_id: int, uniq_key: str,
-                              timed: bool) -> Outcome[SendResult]:
+                              timed: int) -> Outcome[SendResult]:
         refusal = self.replication.in_sync_refusal()
         if refusal is not None:
             return Outcome.refused(ResponseCode.SYSTEM_ERROR, refusal)
@@ -470,5 +471,5 @@ class SendService:
         return stored_outcome(result, queue_id, uniq_key)
 
     async def _put_one(self, message: MessageToStore, queue_id: int, uniq_key: str,
-                       timed: bool) -> Outcome[SendResult]:
+                       timed: int) -> Outcome[SendResult]:
         return stored_outcome(await self.store.put_message(message), queue_id, uniq_key, timed)

@@ -113,13 +113,14 @@ class SendRequest:
 class SendResult:
     """Where the messages went: ``msg_ids`` (offset message ids, one per message), the queue and the first message's
     queue offset (the others follow it); ``transaction_id`` the UNIQ_KEY a remoting answer names (a batch: its own
-    property's); ``timed`` when the message waits in the timer (it can be recalled)."""
+    property's); ``timed``: the delivery time (ms) of a message that waits in the timer (it can be recalled), else
+    0."""
 
     msg_ids: Sequence[str]
     queue_id: int
     queue_offset: int
     transaction_id: str | None = None
-    timed: bool = False
+    timed: int = 0
 
 
 class SendObserver(Protocol):
@@ -166,7 +167,7 @@ class MessageIds(Sequence[str]):
         return repr(self._put.msg_ids)
 
 
-def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: bool = False,
+def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None, timed: int = 0,
                    batch: bool = False) -> Outcome[SendResult]:
     """The Outcome of a put: SUCCESS (or a stored-but-late code, remark = the put status) with the SendResult, else
     the refusal."""

@@ -13,29 +13,17 @@ if TYPE_CHECKING:
     from broker.acl.authorizer import Authorizer
     from broker.config import BrokerConfig
     from broker.core.pop import PopCore
+    from broker.core.recall import RecallService
     from broker.core.send import SendService
     from broker.core.transaction import EndTransactionService
     from broker.tls import TlsSettings
     from protocol.config_bodies import TopicConfig
-    from protocol.message import MessageRecord
 
 
 class TopicLookup(Protocol):
     """The topic registry, as QueryRoute reads it."""
 
     def get(self, topic: str) -> "TopicConfig | None": ...
-
-
-class RecordLookup(Protocol):
-    """The store, as RecallMessage reads it: a record by its commit-log offset."""
-
-    def look_record(self, phys_offset: int) -> "MessageRecord | None": ...
-
-
-class TimedRecall(Protocol):
-    """The 5.x timer, as RecallMessage uses it."""
-
-    def recall(self, record: "MessageRecord") -> bool: ...
 
 
 class PopClients(Protocol):
@@ -57,8 +45,8 @@ class CheckRecipients(Protocol):
 @dataclass(frozen=True, slots=True)
 class GrpcParts:
     """``config``: read live (limits, route facts: broker name and address, retry delays); ``sender`` / ``ender`` /
-    ``pop_core``: the messaging core's send, end-transaction and POP services; ``authorizer``: the broker's one
-    Authorizer (None when ACL is off); ``tls``: the TLS mode and files of every port."""
+    ``pop_core`` / ``recaller``: the messaging core's send, end-transaction, POP and recall services; ``authorizer``:
+    the broker's one Authorizer (None when ACL is off); ``tls``: the TLS mode and files of every port."""
 
     config: "BrokerConfig"
     sender: "SendService"
@@ -66,8 +54,7 @@ class GrpcParts:
     pop_core: "PopCore"
     pop: PopClients
     topics: TopicLookup
-    records: RecordLookup
-    timer: TimedRecall
+    recaller: "RecallService"
     transactions: CheckRecipients
     authorizer: "Authorizer | None"
     tls: "TlsSettings"

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from broker.acl.authorizer import Needs
 from broker.acl.resources import send_needs
 from broker.core.outcome import Outcome, Requester
+from broker.core.recall import REASON_HANDLE as REASON_RECALL_HANDLE, REASON_NOT_FOUND as REASON_RECALL_NOT_FOUND
+from broker.core.recall import RecallRequest, RecallService
 from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASON_ILLEGAL_TOPIC,
                               REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE, STORED_CODES, Message, SendRequest)
 from broker.core.send_types import PROP_UNIQ_KEY
@@ -28,14 +30,13 @@ from broker.grpc.common import SYSTEM_PROPERTY_NAMES, accept_message_types, dura
 from broker.grpc.consumer import ConsumerRpcs, closing_frame
 from broker.grpc.transactions import GrpcTransactions, TelemetryStreams, half_send_properties
 from broker.pop.service import MAX_BATCH
-from broker.managers.topic_config import TIMER_TOPIC
 from broker.managers.derived_names import consumer_group_problem
 from broker.managers.topic_config import validate_topic
 from protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
-from protocol.ids import decode_offset_msg_id, pack_host
+from protocol.ids import pack_host
 
 if TYPE_CHECKING:
     from broker.grpc.parts import GrpcParts
@@ -189,7 +190,7 @@ def _sender(peer: str) -> tuple[str, Requester, bytes]:
     return known
 
 
-def _entry(message: pb.Message, outcome: Outcome) -> spb.SendResultEntry:
+def _entry(message: pb.Message, outcome: Outcome, recaller: RecallService) -> spb.SendResultEntry:
     """One message's Outcome as its entry: the offset, the transaction id (the message id, as the reference's;
     EndTransaction finds a half record by it through the broker's HalfIds), a recall handle for a timed one."""
     sp = message.system_properties
@@ -201,7 +202,7 @@ def _entry(message: pb.Message, outcome: Outcome) -> spb.SendResultEntry:
     if sp.message_type == pb.TRANSACTION:
         return spb.SendResultEntry(status=_OK if code == pb.OK else status(code), message_id=message_id,
                                    offset=value.queue_offset, transaction_id=message_id)
-    recall = f"{value.msg_ids[0]} {message_id}" if value.timed else ""
+    recall = recaller.handle_for(message.topic.name, value.timed, message_id, value.msg_ids[0]) if value.timed else ""
     return spb.SendResultEntry(status=_OK if code == pb.OK else status(code), message_id=message_id,
                                offset=value.queue_offset, recall_handle=recall, transaction_id=message_id)
 
@@ -214,8 +215,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.config = parts.config  # read live
         self.topics = parts.topics
         self.pop = parts.pop
-        self.records = parts.records
-        self.timer = parts.timer
+        self.recaller = parts.recaller
         self.sender = parts.sender
         self.grpc_port = grpc_port
         self.clients = ClientTable()
@@ -422,7 +422,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             entry.offset = value.queue_offset
             entry.transaction_id = message_id
             return response
-        entry = _entry(message, result)
+        entry = _entry(message, result, self.recaller)
         return spb.SendMessageResponse(status=entry.status, entries=[entry])
 
     def _refused(self, topic: str, count: int, code: int, started: float) -> None:
@@ -476,12 +476,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         _caller, refused = self.access.admit(rpc, None, context, _client_id(context), needs=needs)
         return refused
 
-    @staticmethod
-    async def _entry(message: pb.Message, result: Any) -> spb.SendResultEntry:
+    async def _entry(self, message: pb.Message, result: Any) -> spb.SendResultEntry:
         """One message's result (an Outcome, an awaitable of one, or the exception it raised) as its entry."""
         if isinstance(result, BaseException):
             raise result
-        return _entry(message, result if type(result) is Outcome else await result)
+        return _entry(message, result if type(result) is Outcome else await result, self.recaller)
 
     # ---- consumption (broker/grpc/consumer.py) --------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
@@ -529,27 +528,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return spb.EndTransactionResponse(status=await self.transactions.end_transaction(typed))
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
-        """Cancel a timed message before its time; the handle is `<offset msgId of the timer record> <message id>`."""
-        refused = self._refusal("RecallMessage", request, context)
+        """Cancel a timed message before its time: the core's recall (broker/core/recall.py), on the typed request."""
+        typed = RecallRequest(request.topic.name, request.recall_handle)
+        refused = self._admitted("RecallMessage", typed.needs(), context)
         if refused is not None:
             return spb.RecallMessageResponse(status=refused)
-        topic = request.topic.name
-        offset_msg_id, _, message_id = request.recall_handle.partition(" ")
-        try:
-            phys = decode_offset_msg_id(offset_msg_id)[2]
-        except ValueError:
-            return spb.RecallMessageResponse(status=status(
-                pb.BAD_REQUEST, f"the recall handle {request.recall_handle[:80]!r} is not one this broker gave out"))
-        record = self.records.look_record(phys)
-        if record is None or record.topic != TIMER_TOPIC or record.properties.get("REAL_TOPIC") != topic \
-                or record.properties.get("UNIQ_KEY") != message_id:
-            return spb.RecallMessageResponse(status=status(pb.NOT_FOUND, f"no timed message {message_id} of {topic}"))
-        if not self.timer.recall(record):
-            return spb.RecallMessageResponse(status=status(
-                pb.NOT_FOUND, f"the timed message {message_id} was delivered or recalled already"))
-        return spb.RecallMessageResponse(status=status(pb.OK), message_id=message_id)
+        outcome = self.recaller.recall(typed)
+        if not outcome.ok:
+            return spb.RecallMessageResponse(status=status(_RECALL_CODES.get(outcome.reason) or _send_code(outcome),
+                                                           outcome.remark))
+        return spb.RecallMessageResponse(status=status(pb.OK), message_id=outcome.value)
 
 
+_RECALL_CODES = {REASON_RECALL_HANDLE: pb.BAD_REQUEST, REASON_RECALL_NOT_FOUND: pb.NOT_FOUND}
 _REASON_CODES = {REASON_BODY_TOO_LARGE: pb.MESSAGE_BODY_TOO_LARGE, REASON_PROPERTIES_TOO_LARGE:
                  pb.MESSAGE_PROPERTIES_TOO_LARGE, REASON_DELIVERY_TIME: pb.ILLEGAL_DELIVERY_TIME,
                  REASON_ILLEGAL_TOPIC: pb.ILLEGAL_TOPIC, REASON_MESSAGE_TYPE: pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE}

@@ -1,5 +1,6 @@
-"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) — reference §4.3: remoting frames to and from
-the messaging core's typed send (broker/core/send.py), where every check is made and the store written.
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) — reference §4.3 — and RECALL_MESSAGE (370):
+remoting frames to and from the messaging core's typed send (broker/core/send.py), where every check is made and the
+store written, and its recall (broker/core/recall.py). A timed message's answer carries its ``recallHandle``.
 
 Decoded here: the request header (the object the ACL guard already read), the body, the batch body's entries, the
 born host from the connection. Answered here: the core's Outcome as a response frame (a pre-encoded template for
@@ -12,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from broker.core.outcome import Outcome, Requester
+from broker.core.recall import RecallRequest, RecallService
 from broker.core.send import STORED_CODES, Message, SendRequest, SendService
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, ResponseTemplate
 from protocol.headers import SendMessageRequestHeader
 from protocol.ids import pack_host
+from protocol.recall import RecallMessageRequestHeader
 from protocol.message import RecordError, iter_batch_entries
 from protocol.requests import read_request
 
@@ -25,10 +28,12 @@ _LOOPBACK = pack_host("127.0.0.1", 0)
 
 
 class SendProcessor:
-    """Translates send frames for ``service``; ``config`` gives the answer's MSG_REGION / TRACE_ON."""
+    """Translates send frames for ``service`` (its config gives the answer's MSG_REGION / TRACE_ON) and recall frames
+    for ``recall``."""
 
-    def __init__(self, service: SendService) -> None:
+    def __init__(self, service: SendService, recall: RecallService) -> None:
         self.service = service
+        self.recall = recall
         self._region = service.region
         self._trace = "true" if service.trace_on else "false"
         self._ok_templates: dict[tuple[int, bool], ResponseTemplate] = {}  # (serialize type, with transactionId)
@@ -42,6 +47,7 @@ class SendProcessor:
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
             RequestCode.SEND_BATCH_MESSAGE: self.send_batch_message,
+            RequestCode.RECALL_MESSAGE: self.recall_message,
         }
 
     def run_handlers(self) -> dict[int, Any]:
@@ -77,14 +83,17 @@ class SendProcessor:
     def _answer(self, cmd: RemotingCommand, outcome: Outcome, batch: bool = False) -> RemotingCommand | bytes:
         value = outcome.value
         code = outcome.code
-        if code == _SUCCESS:
+        if code == _SUCCESS and not value.timed:
             msg_id = ",".join(value.msg_ids) if batch else value.msg_ids[0]
             return self._ok_frame(cmd, msg_id, value.queue_id, value.queue_offset, value.transaction_id)
-        if code in STORED_CODES and value is not None:  # stored, but a flush or a slave did not complete in time
+        if code in STORED_CODES and value is not None:  # a timed message, or stored but a flush or a slave was late
             ext = {"msgId": ",".join(value.msg_ids) if batch else value.msg_ids[0], "queueId": str(value.queue_id),
                    "queueOffset": str(value.queue_offset), "MSG_REGION": self._region, "TRACE_ON": self._trace}
             if value.transaction_id:
                 ext["transactionId"] = value.transaction_id
+            if value.timed and not batch:  # as the reference: not for batches (nor send-backs, not answered here)
+                ext["recallHandle"] = self.recall.handle_for(read_request(cmd).topic, value.timed,
+                                                             value.transaction_id or "", value.msg_ids[0])
             return cmd.make_response(code, outcome.remark, ext)
         return cmd.make_response(code, outcome.remark, {"MSG_REGION": self._region, "TRACE_ON": self._trace})
 
@@ -142,13 +151,22 @@ class SendProcessor:
                 results.append(where)
                 continue
             result = outcomes[where]
-            if type(result) is Outcome and result.code == _SUCCESS:  # the usual answer, without the general path
+            if type(result) is Outcome and result.code == _SUCCESS and not result.value.timed:  # the usual answer
                 value = result.value
                 results.append(ok_frame(cmd, value.msg_ids[0], value.queue_id, value.queue_offset,
                                         value.transaction_id))
             else:
                 results.append(result if isinstance(result, BaseException) else self._result(cmd, result))
         return results
+
+    def recall_message(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """RECALL_MESSAGE: the core's recall, answered with the recalled message's id (``msgId``)."""
+        header: RecallMessageRequestHeader = read_request(cmd)
+        outcome = self.recall.recall(RecallRequest(header.topic, header.recall_handle, header.producer_group or "",
+                                                   self._peer(channel)[0]))
+        if outcome.ok:
+            return cmd.make_response(_SUCCESS, None, {"msgId": outcome.value})
+        return cmd.make_response(outcome.code, outcome.remark)
 
     def send_batch_message(self, channel: Any, cmd: RemotingCommand):
         header = read_request(cmd)

@@ -14,6 +14,7 @@ from protocol.codes import RequestCode as RC, ResponseCode as R
 from protocol.grpc import definition_pb2 as pb
 from protocol.grpc import service_pb2 as spb
 from protocol.grpc import service_pb2_grpc
+from protocol.recall import build_recall_handle
 
 from tests.support.grpc_pop import Pop, collect, run_sdk
 from tests.support.wire import WireClient, create_topic, props, pull_records, send_v2_fields
@@ -24,7 +25,7 @@ CLIENT = (("x-mq-client-id", "timer-test@1@1@abc"),)
 
 def timer_broker(grpc_broker_factory, **extra):
     return grpc_broker_factory(timerMaxDelaySec=600, minInvisibleTimeMillsForRecv=500,
-                             grpcClientConsumerMinLongPollingTimeoutMillis=100, **extra)
+                             grpcClientConsumerMinLongPollingTimeoutMillis=100, recallMessageEnable="true", **extra)
 
 
 async def send_timed(addr: str, uniq: str, **timer: str) -> object:
@@ -105,6 +106,75 @@ async def test_grpc_delivery_times_recall_and_what_a_5x_consumer_sees(grpc_broke
         assert await pop.messages(poll_ms=1500) == []  # the recalled one never comes
     finally:
         await pop.close()
+
+
+async def test_remoting_recall_cancels_a_timed_message_and_either_protocol_takes_the_others_handle(
+        grpc_broker_factory):
+    """RECALL_MESSAGE (370) with the recallHandle a remoting send of a timed message was answered with: the message
+    never arrives; a second recall, a handle of another topic or one no broker gave out are refused with a remark.
+    A gRPC-sent message is recalled over remoting and a remoting-sent one over gRPC: one core, one handle."""
+    broker = timer_broker(grpc_broker_factory)
+    await create_topic(broker.addr, TOPIC, queues=1, message_type="DELAY")
+    kept, recalled, via_grpc = [await send_timed(broker.addr, uniq, TIMER_DELAY_SEC="2")
+                                for uniq in ("R-KEPT", "R-GONE", "R-GRPC")]
+    assert kept.code == recalled.code == via_grpc.code == R.SUCCESS
+    handle = recalled.ext_fields["recallHandle"]
+    plain = await send_timed(broker.addr, "R-PLAIN", TIMER_DELIVER_MS=str(int(time.time() * 1000) - 5))  # due: none
+    assert plain.code == R.SUCCESS and "recallHandle" not in plain.ext_fields
+    async with await WireClient.connect(broker.addr) as client:
+        async def recall(topic: str, text: str):
+            return await client.request(RC.RECALL_MESSAGE, {"topic": topic, "recallHandle": text,
+                                                            "producerGroup": "P"})
+        answer = await recall(TOPIC, handle)
+        assert answer.code == R.SUCCESS and answer.ext_fields["msgId"] == "R-GONE"
+        again = await recall(TOPIC, handle)
+        assert again.code == R.ILLEGAL_OPERATION and "recalled already" in again.remark
+        other = await recall("OtherTopic", kept.ext_fields["recallHandle"])
+        assert other.code == R.TOPIC_NOT_EXIST and "OtherTopic" in other.remark
+        await create_topic(broker.addr, "OtherTopic", queues=1)
+        other = await recall("OtherTopic", kept.ext_fields["recallHandle"])
+        assert other.code == R.ILLEGAL_OPERATION and "topic not match" in other.remark
+        elsewhere = await recall(TOPIC, build_recall_handle(TOPIC, "another-broker", 1, "R-KEPT", "00" * 16))
+        assert elsewhere.code == R.ILLEGAL_OPERATION and "another-broker" in elsewhere.remark
+        bogus = await recall(TOPIC, "not-a-handle!")
+        assert bogus.code == R.ILLEGAL_OPERATION and "recall handle is invalid" in bogus.remark
+        missing = await client.request(RC.RECALL_MESSAGE, {"topic": TOPIC})
+        assert missing.code == R.INVALID_PARAMETER and "recallHandle" in missing.remark
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        crossed = await stub.RecallMessage(spb.RecallMessageRequest(
+            topic=pb.Resource(name=TOPIC), recall_handle=via_grpc.ext_fields["recallHandle"]), metadata=CLIENT,
+            timeout=10)
+        assert crossed.status.code == pb.OK and crossed.message_id == "R-GRPC"
+        at = int(time.time() * 1000) + 2000
+        grpc_sent = (await stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+            topic=pb.Resource(name=TOPIC), body=b"x", system_properties=pb.SystemProperties(
+                message_id="G-GONE", message_type=pb.DELAY,
+                delivery_timestamp=timestamp_pb2.Timestamp(seconds=at // 1000, nanos=at % 1000 * 1_000_000)))]),
+            metadata=CLIENT, timeout=10)).entries[0]
+    assert grpc_sent.status.code == pb.OK and grpc_sent.recall_handle
+    async with await WireClient.connect(broker.addr) as client:
+        answer = await client.request(RC.RECALL_MESSAGE, {"topic": TOPIC, "recallHandle": grpc_sent.recall_handle})
+    assert answer.code == R.SUCCESS and answer.ext_fields["msgId"] == "G-GONE"
+    seen = await arrivals(broker.addr, {"R-KEPT", "R-PLAIN"}, 10)
+    await asyncio.sleep(1.0)  # past the recalled ones' time too
+    assert set(await arrivals(broker.addr, {"R-GONE", "R-GRPC", "G-GONE"}, 0.3)) == {"R-KEPT", "R-PLAIN"}, seen
+
+
+async def test_recall_is_off_unless_recall_message_enable(grpc_broker_factory):
+    """recallMessageEnable defaults to false, as in the reference: both protocols refuse a recall, saying why."""
+    broker = grpc_broker_factory(timerMaxDelaySec=600)
+    await create_topic(broker.addr, TOPIC, queues=1, message_type="DELAY")
+    sent = await send_timed(broker.addr, "OFF", TIMER_DELAY_SEC="30")
+    handle = sent.ext_fields["recallHandle"]
+    async with await WireClient.connect(broker.addr) as client:
+        answer = await client.request(RC.RECALL_MESSAGE, {"topic": TOPIC, "recallHandle": handle})
+    assert answer.code == R.NO_PERMISSION and "recallMessageEnable" in answer.remark
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.grpc_port}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        refused = await stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=TOPIC),
+                                                                    recall_handle=handle), metadata=CLIENT, timeout=10)
+    assert refused.status.code == pb.FORBIDDEN and "recallMessageEnable" in refused.status.message
 
 
 async def test_a_kill_neither_loses_nor_repeats_timed_messages(grpc_broker_factory):

@@ -383,9 +383,10 @@ async def test_node_simple_consumer_on_an_orderly_group_gets_a_queue_batch_by_ba
     assert summary["expiredAck"]["ok"] is False and summary["expiredAck"]["code"] == 40013, summary["expiredAck"]
 
 
-async def test_node_producer_transactions_and_timed_messages(node_runtime, grpc_broker, tmp_path):
+async def test_node_producer_transactions_and_timed_messages(node_runtime, grpc_broker_factory, tmp_path):
     """Node transactions: the committed message reaches the topic, the rolled-back one never; a timed message arrives
     at its time (not before), and one recalled before its time never does."""
+    grpc_broker = grpc_broker_factory(recallMessageEnable="true")  # recall is off by default, as in the reference
     topic, timed_topic = "NodeGrpcTx", "NodeGrpcTimed"  # one message type per 5.x topic
     await create_topic(grpc_broker.addr, topic, message_type="TRANSACTION")
     await create_topic(grpc_broker.addr, timed_topic, message_type="DELAY")

@@ -62,6 +62,7 @@ def _read(code, ext, body=b""):
     (RequestCode.SEND_MESSAGE, dict(SEND_V2, b="T"), [("T", PUB)]),  # V2's short names on code 10: read as V2
     (RequestCode.SEND_MESSAGE_V2, dict(SEND_V2, b="T"), [("T", PUB)]),
     (RequestCode.SEND_BATCH_MESSAGE, dict(SEND_V2, b="T"), [("T", PUB)]),
+    (RequestCode.RECALL_MESSAGE, {"topic": "T", "recallHandle": "h"}, [("T", PUB)]),
     (RequestCode.SEND_MESSAGE_V2, dict(SEND_V2, b="%RETRY%g"), [("%RETRY%g", SUB)]),
     (RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "g", "offset": "1", "delayLevel": "0"}, [("%RETRY%g", SUB)]),
     (RequestCode.PULL_MESSAGE, dict(PULL, topic="T", consumerGroup="g"), [("T", SUB), ("%RETRY%g", SUB)]),
