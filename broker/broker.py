@@ -20,6 +20,7 @@ from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.core.arrivals import Arrivals
 from broker.core.consume import GroupNames, Puller
+from broker.core.offsets import OffsetService
 from broker.core.pop import PopCore
 from broker.core.recall import RecallService
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
@@ -139,6 +140,9 @@ class Broker:
                                               self.timer_service, self.transaction_service, self.pop_service)
         self.pop_core = PopCore(self.pop_service, self.topic_config_manager, self.subscription_group_manager, config,
                                 group_names)
+        # The messaging core's offsets: committed (query, update, reset by time) and a queue's own (min, max, by time).
+        self.offset_service = OffsetService(self.store, self.topic_config_manager, self.subscription_group_manager,
+                                            self.consumer_offset_manager, group_names)
         # The messaging core's send and end-transaction (broker/core): every protocol's sends and decisions.
         self.send_service, self.end_transaction_service = self._build_core()
         self.recall_service = RecallService(config, self.topic_config_manager, self.store, self.timer_service)
@@ -248,8 +252,8 @@ class Broker:
                                              config.broker_name),
             client_manage=ClientManageProcessor(config, topics, groups, consumers, self.producer_manager,
                                                 self.consumer_filter_manager),
-            consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),
-            query=QueryProcessor(store),
+            consumer_offset=ConsumerOffsetProcessor(self.offset_service, consumers, config.broker_name),
+            query=QueryProcessor(self.offset_service, store),
             retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.dlq_resends),
             lock=LockProcessor(self.rebalance_lock_manager),
             admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view,

@@ -1,9 +1,22 @@
 """The protocol-neutral messaging core: typed requests in, one :class:`~broker.core.outcome.Outcome` out.
 
-A remoting processor and the gRPC service each decode their wire format once into a typed request from this package
-(send, pull, POP receive/ack/change-invisibility, end-transaction, offsets, admin), the one authorizer decides on that
-same object, the core executes it, and the caller translates the Outcome back into its own wire format. No remoting
-frame is built for a gRPC request, and no protobuf for a remoting one.
+A remoting processor and the gRPC service each decode their wire format once into a typed request from this package,
+the one authorizer decides on that same object (``request.needs()``), the core executes it, and the caller translates
+the Outcome back into its own wire format. No remoting frame is built for a gRPC request, and no protobuf for a
+remoting one. What the core has:
+
+* send (single and batch, incl. transactional halves and their checks): send.py, send_batch.py, send_types.py,
+  send_limits.py, with replication.py for the wait on slaves — remoting sends and gRPC SendMessage;
+* pull and long polling: consume.py (PullRequest / Puller) on arrivals.py, the one new-message notification —
+  remoting PULL_MESSAGE / LITE_PULL_MESSAGE;
+* POP receive, ack, change-invisibility and forward-to-dead-letter: pop.py — gRPC's consumer RPCs;
+* end-transaction: transaction.py — remoting END_TRANSACTION and gRPC EndTransaction;
+* offsets: offsets.py — a group's committed offsets (query, update, reset by time) and a queue's own (min, max,
+  by store time, earliest store time) — remoting QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
+  INVOKE_BROKER_TO_RESET_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME.
+
+Not (yet) here: admin (topics, groups, statistics: broker/processors/admin.py and the web console act on the
+managers themselves), and send-back of a failed message (broker/processors/retry.py).
 
 Floors: the core sits with the processors and services (it uses the store, the managers and the filters); it never
 imports a protocol front end (broker/processors/*, broker/grpc/*) nor the Broker class."""

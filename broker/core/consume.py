@@ -141,6 +141,18 @@ class GroupNames:
     def __init__(self) -> None:
         self._valid: set[str] = set()
 
+    def name_problem(self, group: str | None) -> str | None:
+        """None when ``group`` is a legal group name, else why not; unlike :meth:`problem`, its %RETRY% / %DLQ%
+        names are not checked (the offset requests' rule: they read and write offsets, they make no retry topic)."""
+        if group is not None and group in self._valid:
+            return None
+        problem = validate_group(group)
+        if problem is None:
+            if len(self._valid) >= _VALID_GROUPS_LIMIT:
+                self._valid.clear()
+            self._valid.add(group)
+        return problem
+
     def problem(self, group: str | None) -> str | None:
         """None when ``group`` is a legal consumer group (its %RETRY% and %DLQ% names fit too), else why not."""
         if group is not None and group in self._valid and len(group) <= CONSUMER_GROUP_MAX_LENGTH:

@@ -1,13 +1,16 @@
 """Offset and message look-ups — reference §4.7 and §4.10.
 
-GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29),
-GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12).
+GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32):
+header -> the core's QueueOffsetQuery (broker/core/offsets.py) -> Outcome -> response. VIEW_MESSAGE_BY_ID (33) and
+QUERY_MESSAGE (12) read the store's records.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.core.offsets import (QUEUE_EARLIEST_STORE_TIME, QUEUE_MAX, QUEUE_MIN, QUEUE_OFFSET_BY_TIME,
+                                 OffsetService, QueueOffsetQuery)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.requests import read_request
@@ -25,9 +28,10 @@ def _join(records: list) -> bytes:
 
 
 class QueryProcessor:
-    """Answers from the store alone."""
+    """Queue offsets through the core; message look-ups from the store."""
 
-    def __init__(self, store: "MessageStore") -> None:
+    def __init__(self, offsets: OffsetService, store: "MessageStore") -> None:
+        self.offsets = offsets
         self.store = store
 
     def handlers(self) -> dict[int, Any]:
@@ -40,29 +44,29 @@ class QueryProcessor:
             RequestCode.QUERY_MESSAGE: self.query_message,
         }
 
+    def _queue_offset(self, cmd: RemotingCommand, query: QueueOffsetQuery, key: str = "offset") -> RemotingCommand:
+        outcome = self.offsets.queue_offset(query)
+        if not outcome.ok:
+            return cmd.make_response(outcome.code, outcome.remark)
+        return cmd.make_response(ResponseCode.SUCCESS, None, {key: str(outcome.value)})
+
     def get_max_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
-        offset = self.store.get_max_offset(header.topic, header.queue_id)
-        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return self._queue_offset(cmd, QueueOffsetQuery(header.topic, header.queue_id, QUEUE_MAX))
 
     def get_min_offset(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
-        offset = self.store.get_min_offset(header.topic, header.queue_id)
-        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return self._queue_offset(cmd, QueueOffsetQuery(header.topic, header.queue_id, QUEUE_MIN))
 
     def search_offset_by_timestamp(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
-        boundary = (header.boundary_type or "LOWER").strip().upper()
-        if boundary not in ("LOWER", "UPPER"):
-            return cmd.make_response(ResponseCode.INVALID_PARAMETER,
-                                     f"header field 'boundaryType': expected LOWER or UPPER, got {header.boundary_type!r}")
-        offset = self.store.get_offset_by_time(header.topic, header.queue_id, header.timestamp, boundary == "UPPER")
-        return cmd.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return self._queue_offset(cmd, QueueOffsetQuery(header.topic, header.queue_id, QUEUE_OFFSET_BY_TIME,
+                                                        header.timestamp, header.boundary_type))
 
     def get_earliest_msg_storetime(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
-        timestamp = self.store.get_earliest_message_time(header.topic, header.queue_id)
-        return cmd.make_response(ResponseCode.SUCCESS, None, {"timestamp": str(timestamp)})
+        return self._queue_offset(cmd, QueueOffsetQuery(header.topic, header.queue_id, QUEUE_EARLIEST_STORE_TIME),
+                                  "timestamp")
 
     def view_message_by_id(self, channel: Any, cmd: RemotingCommand) -> RemotingCommand:
         header = read_request(cmd)
