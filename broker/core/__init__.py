@@ -11,6 +11,7 @@ remoting one. What the core has:
   remoting PULL_MESSAGE / LITE_PULL_MESSAGE;
 * POP receive, ack, change-invisibility and forward-to-dead-letter: pop.py — gRPC's consumer RPCs;
 * end-transaction: transaction.py — remoting END_TRANSACTION and gRPC EndTransaction;
+* recall of a timed message: recall.py — remoting RECALL_MESSAGE and gRPC RecallMessage;
 * offsets: offsets.py — a group's committed offsets (query, update, reset by time) and a queue's own (min, max,
   by store time, earliest store time) — remoting QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
   INVOKE_BROKER_TO_RESET_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME.
