@@ -21,6 +21,7 @@ from broker.connection_guard import ConnectionGuard, ConnectionLimits
 from broker.core.arrivals import Arrivals
 from broker.core.consume import GroupNames, Puller
 from broker.core.pop import PopCore
+from broker.core.send_back import SendBackService
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
 from broker.listeners import listen, listen_optional
 from broker.managers.broker_name_file import write_broker_name
@@ -248,7 +249,8 @@ class Broker:
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),
             query=QueryProcessor(store),
-            retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.dlq_resends),
+            retry=RetryProcessor(SendBackService(config, store, topics, groups, self.send_service, self.dlq_resends),
+                                 self.schedule_service),
             lock=LockProcessor(self.rebalance_lock_manager),
             admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view,
                                self.producer_manager),
