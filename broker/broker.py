@@ -23,6 +23,7 @@ from broker.core.consume import GroupNames, Puller
 from broker.core.offsets import OffsetService
 from broker.core.pop import PopCore
 from broker.core.recall import RecallService
+from broker.core.send_back import SendBackService
 from broker.descriptors import DescriptorBudget, soft_descriptor_limit
 from broker.listeners import listen, listen_optional
 from broker.managers.broker_name_file import write_broker_name
@@ -254,7 +255,8 @@ class Broker:
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(self.offset_service, consumers, config.broker_name),
             query=QueryProcessor(self.offset_service, store),
-            retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.dlq_resends),
+            retry=RetryProcessor(SendBackService(config, store, topics, groups, self.send_service, self.dlq_resends),
+                                 self.schedule_service),
             lock=LockProcessor(self.rebalance_lock_manager),
             admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view,
                                self.producer_manager),

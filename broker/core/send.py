@@ -15,14 +15,19 @@ Three ways in, one per shape of traffic:
 * ``send_each(request)``: several independent messages of one topic (a gRPC SendMessage): each checked and answered on
   its own, the plain ones to one queue stored with one append;
 * ``send_run(requests)``: single sends read together from one connection (remoting pipelining): the same, one append
-  per queue.
+  per queue;
+
+and ``store_one(message, ...)`` for messages the core builds itself (broker/core/send_back.py's retries and resent
+dead letters): the same store path, in-sync check, flush and replication waits as a send.
 
 A result is an Outcome when nothing is left to wait for (ASYNC_FLUSH, no replication: no coroutine is created), else
-an awaitable of one.
+an awaitable of one. With SYNC_FLUSH or a replicating master, the messages of a run are stored with one append per
+queue and the run waits once, for its last append (one flush, one slaves' acknowledgement).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import zlib
@@ -31,19 +36,19 @@ from typing import Any, Awaitable
 
 from broker.core.outcome import Outcome
 from broker.core.replication import ReplicationWaiter
+from broker.core.retries import dead_letter_topic, reconsume_limit
 from broker.core.send_batch import BatchSender
 from broker.core.send_limits import SendLimits
-from broker.core.send_types import (DEFAULT_MAX_RECONSUME_TIMES, Message, PROP_CLUSTER, PROP_KEYS, PROP_SHARDING_KEY,
+from broker.core.send_types import (Message, PROP_CLUSTER, PROP_KEYS, PROP_SHARDING_KEY,
                                      PROP_TAGS, PROP_UNIQ_KEY, REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME,
                                      REASON_ILLEGAL_TOPIC, REASON_MESSAGE_TYPE, REASON_PROPERTIES_TOO_LARGE,
                                      MessageIds, STORED_CODES, SendObserver, SendRequest, SendResult, StoreWriter,
-                                     SUCCESS_CODE, utf8_len, stored_outcome)
+                                     SUCCESS_CODE, late_outcome, utf8_len, stored_outcome)
 from broker.descriptors import DescriptorsShortError
 from broker.managers.topic_message_type import remoting_type_problem, send_type_problem
-from broker.managers.topic_config import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig,
-                                          validate_group, validate_topic)
+from broker.managers.topic_config import RETRY_GROUP_TOPIC_PREFIX, TopicConfig, validate_group, validate_topic
 from broker.schedule.delay import to_schedule_topic
-from broker.store.types import MessageToStore, PutStatus
+from broker.store.types import MessageToStore, PutResult, PutStatus
 from broker.timer.timed import (PROP_DELAY_MS as PROP_TIMER_DELAY_MS, PROP_DELAY_SEC as PROP_TIMER_DELAY_SEC,
                                 PROP_DELIVER_MS as PROP_TIMER_DELIVER_MS, TimerPropertyError, timer_deliver_ms,
                                 to_timer_topic)
@@ -150,11 +155,16 @@ class SendService:
         return results
 
     def send_run(self, requests: list[SendRequest]) -> list[Any]:
-        """Single sends that arrived together: each is checked and answered on its own, but with ASYNC_FLUSH and no
-        replication to wait for the plain ones are stored with one append per queue (one queue per topic for those
-        that leave the choice to the broker). One result per request: an Outcome, an awaitable of one, or the
-        exception one raised."""
-        deferred: list | None = None if self.sync_flush or self.replication.sync_master else []
+        """Single sends that arrived together: each is checked and answered on its own, but the plain ones are stored
+        with one append per queue (one queue per topic for those that leave the choice to the broker). With
+        SYNC_FLUSH or a replicating master the run then waits once, for its last append (one flush, one slaves'
+        acknowledgement: the log is written in order, so that covers every message of the run). One result per
+        request: an Outcome, an awaitable of one, or the exception one raised."""
+        replication = self.replication
+        waits = self.sync_flush or replication.sync_master
+        deferred: list | None = []
+        if replication.sync_master and replication.in_sync_refusal() is not None:
+            deferred = None  # too few in-sync replicas: each send is refused on its own, nothing stored
         picks: dict[str, int] = {}
         checked: dict[tuple, TopicConfig] = {}  # the run's (topic, group, queue) that passed check_topic
         results: list[Any] = []
@@ -168,7 +178,13 @@ class SendService:
             except Exception as exc:  # noqa: BLE001 - answered per request by the caller
                 results.append(exc)
         if deferred:
-            pending = iter(self._store_deferred(deferred))
+            if waits and len(deferred) == 1:  # one plain message: stored and awaited as if alone
+                settled: list[Any] = [self.store_one(*deferred[0])]
+            else:
+                settled, last = self._store_deferred(deferred)
+                if waits and last is not None:
+                    settled = self._after_one_wait(settled, last)
+            pending = iter(settled)
             results = [next(pending) if result is _DEFERRED else result for result in results]
         return results
 
@@ -260,7 +276,7 @@ class SendService:
                  checked: dict[tuple, TopicConfig] | None = None) -> Any:
         """One message of ``request`` (not a batch): what ``send`` does for it, called directly by a front end that
         has one message (the gRPC SendMessage: a call less per message). Check and build the message, then store it;
-        with ``deferred`` (a run, ASYNC_FLUSH) a plain message is added there and _DEFERRED returned: send_run
+        with ``deferred`` (a run) a plain message is added there and _DEFERRED returned: send_run
         stores it with the others of its queue. ``checked``: a run's topic checks already passed (the same topic,
         group and queue pass again within one run: nothing they read can change between two messages of it)."""
         props = message.properties
@@ -313,15 +329,10 @@ class SendService:
             group_config = self.groups.find_or_create(group)
             if group_config is None:
                 return Outcome.refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-            max_times = request.max_reconsume_times
-            if max_times is None:
-                max_times = group_config.retry_max_times
-            if max_times is None or max_times < 0:
-                max_times = DEFAULT_MAX_RECONSUME_TIMES
-            if reconsume_times > max_times:
-                dlq = self.topics.create_dlq_topic(group)
-                if dlq is None:
-                    return Outcome.refused(ResponseCode.SYSTEM_ERROR, f"topic[{DLQ_GROUP_TOPIC_PREFIX}{group}] not exist")
+            if reconsume_times > reconsume_limit(request.max_reconsume_times, group_config):
+                dlq, refusal = dead_letter_topic(self.topics, group)
+                if refusal is not None:
+                    return refusal
                 topic = dlq.topic_name
                 queue_id = 0
                 if props.pop("DELAY", None) is not None:
@@ -380,18 +391,15 @@ class SendService:
                 return Outcome.refused(ResponseCode.MESSAGE_ILLEGAL, refusal_text, REASON_DELIVERY_TIME)
             if stored.topic != topic:  # waits in the timer: its delivery time names it in a recall handle
                 timed = int(props[PROP_TIMER_DELIVER_MS])
-        if self.replication.sync_master:
-            return self._put_replicated(stored, queue_id, uniq_key, timed)
         if deferred is not None:
             deferred.append((stored, queue_id, uniq_key, timed))
             return _DEFERRED
-        if not self.sync_flush:  # ASYNC_FLUSH: nothing to await, so answer without creating a coroutine
-            put = self.store.append_one(stored)
-            if put.status is PutStatus.PUT_OK:  # stored_outcome's usual case, without its call
-                return Outcome(SUCCESS_CODE, "", SendResult(MessageIds(put), queue_id, put.queue_offset, uniq_key,
-                                                            timed))
-            return stored_outcome(put, queue_id, uniq_key, timed)
-        return self._put_one(stored, queue_id, uniq_key, timed)
+        if self.sync_flush or self.replication.sync_master:
+            return self.store_one(stored, queue_id, uniq_key, timed)
+        put = self.store.append_one(stored)  # ASYNC_FLUSH: nothing to await, answered without creating a coroutine
+        if put.status is PutStatus.PUT_OK:  # stored_outcome's usual case, without its call
+            return Outcome(SUCCESS_CODE, "", SendResult(MessageIds(put), queue_id, put.queue_offset, uniq_key, timed))
+        return stored_outcome(put, queue_id, uniq_key, timed)
 
     def _tag_code(self, tags: str) -> int:
         """tagsCode of a tag, remembered per tag (bounded)."""
@@ -420,10 +428,24 @@ class SendService:
         return None
 
     # ---- storing -------------------------------------------------------------------------------------------------
-    def _store_deferred(self, deferred: list[tuple[MessageToStore, int, str, bool]]) -> list[Outcome]:
-        """One append per (topic, queue), outcomes in request order. A batch the store refuses is retried message
-        by message, so each request gets exactly the outcome it would have had alone."""
+    def store_one(self, message: MessageToStore, queue_id: int, uniq_key: str | None,
+                  timed: int = 0) -> Outcome[SendResult] | Awaitable[Outcome[SendResult]]:
+        """Store a message built by the core the way every send is stored: on a replicating master after the in-sync
+        check and acknowledged by a slave, with SYNC_FLUSH once on disk, else at once. Also the way in of the
+        consumers' send-backs and the dead-letter resends (broker/core/send_back.py)."""
+        if self.replication.sync_master:
+            return self._put_replicated(message, queue_id, uniq_key, timed)
+        if self.sync_flush:
+            return self._put_one(message, queue_id, uniq_key, timed)
+        return stored_outcome(self.store.append_one(message), queue_id, uniq_key, timed)
+
+    def _store_deferred(self, deferred: list[tuple[MessageToStore, int, str, bool]]
+                        ) -> tuple[list[Outcome], PutResult | None]:
+        """One append per (topic, queue), outcomes in request order, and the last append that stored anything (the
+        run's wait is for it). A batch the store refuses is retried message by message, so each request gets exactly
+        the outcome it would have had alone."""
         store = self.store
+        last: PutResult | None = None
         outcomes: list[Any] = [None] * len(deferred)
         groups: dict[tuple[str, int], list[int]] = {}
         for k, entry in enumerate(deferred):
@@ -438,6 +460,7 @@ class SendService:
             if len(members) > 1:
                 result = store.append([deferred[k][0] for k in members])
                 if result.status is PutStatus.PUT_OK:
+                    last = result
                     msg_ids = result.msg_ids
                     first = result.queue_offset
                     for n, k in enumerate(members):
@@ -447,8 +470,31 @@ class SendService:
                     continue
             for k in members:
                 message, queue_id, uniq_key, timed = deferred[k]
-                outcomes[k] = stored_outcome(store.append_one(message), queue_id, uniq_key, timed)
-        return outcomes
+                put = store.append_one(message)
+                if put.status is PutStatus.PUT_OK:
+                    last = put
+                outcomes[k] = stored_outcome(put, queue_id, uniq_key, timed)
+        return outcomes, last
+
+    def _after_one_wait(self, outcomes: list[Outcome], last: PutResult) -> list[Any]:
+        """A run's stored outcomes as awaitables that settle after one wait for ``last`` (the run's final append);
+        refusals stay as they are."""
+        wait = asyncio.ensure_future(self._wait_for(last))
+        settled = self._settled
+        return [settled(wait, outcome) if outcome.code == SUCCESS_CODE else outcome for outcome in outcomes]
+
+    async def _wait_for(self, last: PutResult) -> PutStatus:
+        """The flush (SYNC_FLUSH) and the slaves' acknowledgement (a replicating master) of everything appended up to
+        ``last``: its status afterwards."""
+        await self.store.await_flush(last)
+        if self.replication.sync_master:
+            await self.replication.wait(last)
+        return last.status
+
+    @staticmethod
+    async def _settled(wait: "asyncio.Future[PutStatus]", outcome: Outcome[SendResult]) -> Outcome[SendResult]:
+        # shielded: one request given up (its connection closed) does not cancel the others' wait
+        return late_outcome(outcome, await asyncio.shield(wait))
 
     async def _put_replicated(self, message: MessageToStore, queue_id: int, uniq_key: str,
                               timed: int) -> Outcome[SendResult]:

@@ -137,6 +137,7 @@ class StoreWriter(Protocol):
     def append_one(self, msg: MessageToStore) -> PutResult: ...
     async def put_message(self, msg: MessageToStore) -> PutResult: ...
     async def put_messages(self, msgs: list[MessageToStore]) -> PutResult: ...
+    async def await_flush(self, result: PutResult) -> None: ...
 
 
 def utf8_len(text: str) -> int:
@@ -180,6 +181,14 @@ def stored_outcome(result: PutResult, queue_id: int, transaction_id: str | None,
         return Outcome(int(code), status.name,
                        SendResult(MessageIds(result), queue_id, result.queue_offset, transaction_id, timed))
     return Outcome(int(code), result.remark or f"put message failed: {status.name}")
+
+
+def late_outcome(outcome: Outcome[SendResult], status: PutStatus) -> Outcome[SendResult]:
+    """A stored message's Outcome once the wait for its flush or its slaves ended with ``status``: unchanged when
+    PUT_OK (or when it was not stored), else the stored-but-late code with the status's name, as stored_outcome."""
+    if status is PutStatus.PUT_OK or outcome.code != SUCCESS_CODE:
+        return outcome
+    return Outcome(int(_PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)), status.name, outcome.value)
 
 
 # ---- the service -------------------------------------------------------------------------------------------------

@@ -4,10 +4,10 @@ index, notify arrival listeners — synchronously, so an acknowledged message is
 The public put API (what the send path, the transaction service and the timers use): ``append(msgs)`` (a batch of one
 topic and queue, any layout) and ``append_one(msg)`` (the usual single message, without the per-batch lists) store and
 dispatch at once and return the PutResult without waiting for a flush; ``put_messages`` / ``put_message`` do the same
-and, on a SYNC_FLUSH store, await the flush. The single path falls back to ``append([m])`` whenever anything unusual
-applies; both write the same bytes. ``MessageAppender`` is a mixin of MessageStore: it works on the store's own state
-(listed below), and asks the commit log and the consume queue, through their public methods, whether their current
-file has room.
+and, on a SYNC_FLUSH store, await the flush; ``await_flush(result)`` is that wait alone (several appends, one
+wait). The single path falls back to ``append([m])`` whenever anything unusual applies; both write the same bytes.
+``MessageAppender`` is a mixin of MessageStore: it works on the store's own state (listed below), and asks the commit
+log and the consume queue, through their public methods, whether their current file has room.
 """
 
 from __future__ import annotations
@@ -90,7 +90,15 @@ class MessageAppender:
             await self._await_sync_flush(result)
         return result
 
+    async def await_flush(self, result: PutResult) -> None:
+        """SYNC_FLUSH: wait until what ``result`` stored, and everything appended before it, is on disk (its status
+        becomes FLUSH_DISK_TIMEOUT when that takes longer than syncFlushTimeout); nothing to wait for with
+        ASYNC_FLUSH or a failed put. For callers that ``append`` several times and wait once, for the last."""
+        if result.status is PutStatus.PUT_OK and self.config.sync_flush:
+            await self._await_sync_flush(result)
+
     async def _await_sync_flush(self, result: PutResult) -> None:
+        self.stats["flush_waits"] += 1
         end = result.physical_offsets[-1] + 1
         ok = await self.flush_service.wait_flushed(end, self.config.sync_flush_timeout_ms / 1000)
         if not ok:
@@ -227,6 +235,7 @@ class MessageAppender:
         stats = self.stats
         stats["put_messages"] += count
         stats["put_bytes"] += total
+        stats["put_appends"] += 1
         if cq is not None:
             self._notify_arrival(topic, queue_id, cq.max_offset, tags)
         return PutResult(PutStatus.PUT_OK, phys_list[0], first_qoff, count, total, now, None, phys_list,
@@ -282,5 +291,6 @@ class MessageAppender:
         stats = self.stats
         stats["put_messages"] += 1
         stats["put_bytes"] += size
+        stats["put_appends"] += 1
         self._notify_arrival(topic, queue_id, cq.max_offset, tags)
         return PutResult(PutStatus.PUT_OK, phys, qoff, 1, size, now, None, [phys], self.config.store_host)

@@ -89,7 +89,10 @@ class MessageStore(MessageAppender):
         self._disk_check_at = 0
         self._disk_refuse_remark: str | None = None
         self.disk_used_ratio = 0.0
-        self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "get_found": 0,
+        # put_appends: commit-log appends (a batch or a run of sends stored together is one); flush_waits: SYNC_FLUSH
+        # waits (one per put, or per run of sends)
+        self.stats = {"put_messages": 0, "put_bytes": 0, "put_failures": 0, "put_appends": 0, "flush_waits": 0,
+                      "get_found": 0,
                       "get_messages": 0, "get_misses": 0, "get_skipped_units": 0,
                       # what the last start-up recovery found unreadable in the commit log (recovery.py)
                       "recovery_corrupt_regions": 0, "recovery_corrupt_bytes": 0, "recovery_missing_units": 0}

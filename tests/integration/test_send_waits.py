@@ -1,0 +1,85 @@
+"""What a stored message waits for before it is acknowledged, whichever request stored it, with real processes: a
+consumer's send-back (CONSUMER_SEND_MSG_BACK) on a SYNC_MASTER waits for a slave as a send does (replication.md §4,
+reference §4.8 step 8), and pipelined sends to a SYNC_FLUSH broker, stored together, are each acknowledged once on
+disk."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from protocol.codes import RequestCode as RC
+from protocol.codes import ResponseCode as R
+from protocol.command import encode_command
+from protocol.ids import decode_offset_msg_id
+from tests.support.broker_process import BrokerProcess, NamesrvProcess
+from tests.support.wire import WireClient, props, send_v2_fields, wait_until
+
+
+@pytest.fixture
+def namesrv():
+    server = NamesrvProcess()
+    yield server
+    server.stop()
+
+
+def log_bytes(store_dir: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in sorted((store_dir / "commitlog").iterdir()))
+
+
+async def send(client: WireClient, topic: str, uniq: str, body: bytes):
+    return await client.request(RC.SEND_MESSAGE_V2, send_v2_fields(topic, 0, props(UNIQ_KEY=uniq)), body)
+
+
+async def send_back(client: WireClient, sent, group: str):
+    offset = decode_offset_msg_id(sent.ext_fields["msgId"])[2]
+    return await client.request(RC.CONSUMER_SEND_MSG_BACK, {"offset": str(offset), "group": group, "delayLevel": "0"})
+
+
+async def test_a_send_back_on_a_sync_master_waits_for_a_slave_as_a_send_does(broker_factory, namesrv):
+    common = {"brokerClusterName": "BackCluster", "slaveTimeout": 3000}
+    master = broker_factory("broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                            extra={**common, "brokerRole": "SYNC_MASTER"})
+    slave_dir = master.workdir / "slave"
+    slave_dir.mkdir()
+    slave = BrokerProcess(slave_dir, "broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
+    async with await WireClient.connect(master.addr) as client:
+        alone = await send(client, "BackSync", "B0", b"fail me")
+        assert alone.code == R.SLAVE_NOT_AVAILABLE  # stored on the master, but no slave has it
+        back = await send_back(client, alone, "backGroup")
+        assert back.code == R.SYSTEM_ERROR and back.remark == "SLAVE_NOT_AVAILABLE", (back.code, back.remark)
+        slave.start()
+        try:
+            async def replicated_send():
+                resp = await send(client, "BackSync", "B1", b"probe")
+                return resp if resp.code == R.SUCCESS else None
+            await wait_until(replicated_send, "a SEND_OK once the slave is connected", timeout=20, interval=0.3)
+            sent = await send(client, "BackSync", "B2", b"fail me too")
+            assert sent.code == R.SUCCESS, sent.remark
+            back = await send_back(client, sent, "backGroup")
+            assert back.code == R.SUCCESS, back.remark
+            # the retry copy names its original: in the slave's log when the answer arrives
+            origin = f"ORIGIN_MESSAGE_ID\x01{sent.ext_fields['msgId']}\x02".encode()
+            assert origin in log_bytes(slave.store_dir)
+        finally:
+            slave.stop()
+
+
+async def test_pipelined_sends_to_a_sync_flush_broker_are_stored_together_and_each_acknowledged(broker_factory):
+    broker = broker_factory(extra={"flushDiskType": "SYNC_FLUSH"})
+    async with await WireClient.connect(broker.addr) as client:
+        cmds = [client.make(RC.SEND_MESSAGE_V2, send_v2_fields("FlushRun", i % 2, props(UNIQ_KEY=f"F{i}")), b"m%d" % i)
+                for i in range(16)]
+        futures = []
+        for cmd in cmds:
+            futures.append(asyncio.get_running_loop().create_future())
+            client.pending[cmd.opaque] = futures[-1]
+        await client.send_raw(b"".join(encode_command(cmd) for cmd in cmds))  # one write: read as one run
+        answers = [await asyncio.wait_for(f, 10) for f in futures]
+    assert [a.code for a in answers] == [R.SUCCESS] * 16, [a.remark for a in answers]
+    assert [(int(a.ext_fields["queueId"]), int(a.ext_fields["queueOffset"])) for a in answers] == [
+        (i % 2, i // 2) for i in range(16)]
+    assert [a.ext_fields["transactionId"] for a in answers] == [f"F{i}" for i in range(16)]
