@@ -253,7 +253,7 @@ class Broker:
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(store, topics, groups, consumers, offsets, config.broker_name),
             query=QueryProcessor(store),
-            retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.dlq_resends),
+            retry=RetryProcessor(config, store, topics, groups, self.schedule_service, self.admin_service),
             lock=LockProcessor(self.rebalance_lock_manager),
             admin=AdminProcessor(self.admin_service),
             client_call=ClientCallProcessor(consumers, store, config.broker_name),
