@@ -2,9 +2,9 @@
 configuration, and the resend audit of dead letters.
 
 Each reads what the equivalent remoting request would answer, through the core's AdminService (``views.admin``,
-the typed requests broker/core/admin) or the store: traces are the trace topic's messages whose KEYS name the msgId (QUERY_MESSAGE by key, the broker's index),
-decoded with protocol/trace.py; producers come from GET_ALL_PRODUCER_INFO, the configuration from GET_BROKER_CONFIG
-with anything secret masked."""
+the typed requests of broker/core/admin) or the store: traces are the trace topic's messages whose KEYS name the
+msgId (QUERY_MESSAGE by key, the broker's index), decoded with protocol/trace.py; producers come from
+GET_ALL_PRODUCER_INFO, the configuration from GET_BROKER_CONFIG with anything secret masked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 import zlib
 from typing import Any
 
-from broker.console.access import ConsoleError, Viewer
+from broker.console.access import ConsoleError, Viewer, outcome_value
 from broker.core.admin import AllProducersRequest, BrokerConfigRequest
 from broker.core.outcome import Requester
 from protocol.message import RecordError, decode_record
@@ -33,14 +33,14 @@ _CONSOLE = Requester("console", "console")
 
 def _properties(views: Any, request: BrokerConfigRequest | None = None) -> dict[str, str]:
     """The broker's settings (GET_BROKER_CONFIG's), keys and values trimmed as that answer's lines are read."""
-    props = views.value(views.admin.broker_config(request or BrokerConfigRequest(_CONSOLE)))
+    props = outcome_value(views.admin.broker_config(request or BrokerConfigRequest(_CONSOLE)))
     return {key.strip(): str(value).strip() for key, value in props.items() if key.strip()}
 
 
 async def broker_config(views: Any, viewer: Viewer) -> dict[str, Any]:
     """The effective configuration (GET_BROKER_CONFIG, admin only), secrets masked."""
     request = BrokerConfigRequest(_CONSOLE)
-    views.authorize(viewer, request, "the broker's configuration (GET_BROKER_CONFIG)")
+    viewer.require_request(request, "the broker's configuration (GET_BROKER_CONFIG)")
     props = _properties(views, request)
     entries = []
     for key in sorted(props, key=str.lower):
@@ -61,8 +61,8 @@ async def trace_topic_name(views: Any) -> str:
 async def producer_list(views: Any, viewer: Viewer) -> dict[str, Any]:
     """Every producer group with its live connections (GET_ALL_PRODUCER_INFO, admin only: it lists addresses)."""
     request = AllProducersRequest(_CONSOLE)
-    views.authorize(viewer, request, "the producer connections (GET_ALL_PRODUCER_INFO)")
-    table = views.value(views.admin.all_producers(request)).data
+    viewer.require_request(request, "the producer connections (GET_ALL_PRODUCER_INFO)")
+    table = outcome_value(views.admin.all_producers(request)).data
     groups = []
     for group in sorted(g for g in table if g != _INNER_PRODUCER):
         clients = [{"clientId": c.get("clientId"), "addr": c.get("remoteIP"), "language": c.get("language"),

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.acl.accounts import SUB, group_resource
-from broker.console.access import ConsoleError, Viewer, topic_need
-from broker.core.admin import (AdminRequest, AdminService, ConsumeStatsRequest, ConsumerConnectionRequest,
+from broker.console.access import ConsoleError, Viewer, outcome_value, topic_need
+from broker.core.admin import (AdminService, ConsumeStatsRequest, ConsumerConnectionRequest,
                                DeleteTopicRequest, ResendDeadLetterRequest, UpdateTopicRequest)
 from broker.core.outcome import Outcome, Requester
 from broker.managers.consumer_manager import group_topics
@@ -29,7 +29,6 @@ from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOP
 from broker.managers.topic_message_type import (AttributeError_, attributes_after, console_attributes,
                                                  topic_message_type)
 from protocol.bodies import MessageQueue
-from protocol.codes import ResponseCode
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record, iter_records
 
@@ -41,6 +40,7 @@ __all__ = ["BrokerFacts", "ConsoleError", "ConsoleViews", "ResetOffsets", "body_
 # (group, topic, timestamp ms, caller) -> (the new offset per queue, how many online consumers were told)
 ResetOffsets = Callable[[str, str, int, str], Awaitable[tuple[dict[MessageQueue, int], int]]]
 
+_CONSOLE = Requester("console", "console")  # who makes the console's reads
 SEARCH_LIMIT = 64  # messages one search returns at most
 SCAN_LIMIT = 20_000  # queue entries one time-range search examines at most
 DLQ_LIMIT = 200
@@ -143,19 +143,6 @@ class ConsoleViews:
         self.own_topics = (facts.cluster, facts.name)
 
     # ---- helpers --------------------------------------------------------------------------------
-    @staticmethod
-    def authorize(viewer: Viewer, request: AdminRequest, what: str) -> None:
-        """403 unless the account may make ``request`` (its needs, admin-only or not), as the one Authorizer says."""
-        viewer.require(request.needs(), what, admin_only=request.admin_only)
-
-    @staticmethod
-    def value(outcome: Outcome) -> Any:
-        """The value of a successful Outcome; a refusal as the page shows it (SYSTEM_ERROR: 500, else 400)."""
-        if outcome.ok:
-            return outcome.value
-        raise ConsoleError(400 if outcome.code != ResponseCode.SYSTEM_ERROR else 500,
-                           f"{outcome.remark or f'failed with code {outcome.code}'} (code {outcome.code})")
-
     def _queue_ids(self, topic: str) -> range:
         config = self.topics.get(topic)
         if config is None:
@@ -293,15 +280,15 @@ class ConsoleViews:
         request = UpdateTopicRequest(topic, values["readQueueNums"], values["writeQueueNums"], values["perm"],
                                      order=order, attributes=attributes or None,
                                      requester=Requester(caller, "console"))
-        self.authorize(viewer, request, f"saving topic {topic}")
-        self.value(self.admin.update_topic(request))
+        viewer.require_request(request, f"saving topic {topic}")
+        outcome_value(self.admin.update_topic(request))
 
     async def delete_topic(self, topic: str, caller: str, viewer: Viewer) -> None:
         request = DeleteTopicRequest(topic, Requester(caller, "console"))
-        self.authorize(viewer, request, f"deleting topic {topic}")
+        viewer.require_request(request, f"deleting topic {topic}")
         if self.topics.get(topic) is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
-        self.value(await self.admin.delete_topic(request))
+        outcome_value(await self.admin.delete_topic(request))
 
     # ---- consumer groups ------------------------------------------------------------------------
     def _group_names(self) -> list[str]:
@@ -355,13 +342,14 @@ class ConsoleViews:
         return out
 
     async def group_detail(self, group: str, viewer: Viewer) -> dict[str, Any]:
-        viewer.require_group(group, f"reading consumer group {group}")
+        connection_request = ConsumerConnectionRequest(group, _CONSOLE)  # SUB on the group
+        viewer.require_request(connection_request, f"reading consumer group {group}")
         if group not in self._group_names():
             raise ConsoleError(404, f"consumer group {group} is not known to this broker")
         clients: list[dict[str, Any]] = []
         subscriptions: list[dict[str, Any]] = []
         model = consume_type = None
-        connected = self.admin.consumer_connection(ConsumerConnectionRequest(group, Requester("console", "console")))
+        connected = self.admin.consumer_connection(connection_request)
         if connected.ok:  # else not online
             connection = connected.value
             clients = [{"clientId": c.client_id, "addr": c.client_addr, "language": c.language,
@@ -372,7 +360,7 @@ class ConsoleViews:
                              if viewer.sees_everything or viewer.may_read_topic(topic)]
             model, consume_type = connection.message_model, connection.consume_type
         # every topic of the group, each shown only if the account may read it (a listing filters, never refuses)
-        stats = self.value(self.admin.consume_stats(ConsumeStatsRequest(group, None, Requester("console", "console"))))
+        stats = outcome_value(self.admin.consume_stats(ConsumeStatsRequest(group, None, _CONSOLE)))
         queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
                    "brokerOffset": w.broker_offset, "consumerOffset": w.consumer_offset, "lag": w.lag,
                    "lastTimestamp": w.last_timestamp}
@@ -580,15 +568,15 @@ class ConsoleViews:
         resent before only with `force` (the broker refuses it otherwise)."""
         results = []
         requester = Requester(caller, "console")
-        self.authorize(viewer, ResendDeadLetterRequest(group, requester=requester),
-                       f"resending the dead letters of group {group}")
+        viewer.require_request(ResendDeadLetterRequest(group, requester=requester),
+                               f"resending the dead letters of group {group}")
         for offset in offsets:
             request = ResendDeadLetterRequest(group, offset, force=force, requester=requester)
             outcome = self.admin.resend_dead_letter(request)
             if type(outcome) is not Outcome:
                 outcome = await outcome
             try:
-                fields = self.value(outcome)
+                fields = outcome_value(outcome)
                 results.append({"commitLogOffset": offset, "ok": True, "topic": fields.get("topic"),
                                 "msgId": fields.get("uniqKey") or fields.get("msgId")})
             except ConsoleError as exc:
