@@ -381,3 +381,24 @@ def test_needs_name_the_group_as_its_retry_resource():
     assert ConsumerConnectionRequest("cg").needs() == [("%RETRY%cg", SUB)]
     assert ConsumeStatsRequest("cg", "Orders").needs() == [("Orders", SUB), ("%RETRY%cg", SUB)]
     assert TopicStatsRequest("Orders").needs() == [("Orders", PUB | SUB)]
+
+
+def test_the_console_authorizes_a_typed_request_and_reads_its_outcome():
+    from broker.console.access import ConsoleError, Viewer, outcome_value
+
+    config = parse_acl_text(ACL)
+    authorizer = Authorizer(config)
+    admin = Viewer(authorizer, Principal("admin_key", config.accounts["admin_key"]))
+    reader = Viewer(authorizer, Principal("reader_key", config.accounts["reader_key"]))
+    admin.require_request(DeleteTopicRequest("Orders"), "deleting topic Orders")
+    reader.require_request(ConsumerConnectionRequest("cg"), "reading consumer group cg")
+    with pytest.raises(ConsoleError) as refused:
+        reader.require_request(DeleteTopicRequest("Orders"), "deleting topic Orders")
+    assert refused.value.status == 403 and "Need admin permission for deleting topic Orders" in refused.value.message
+    Viewer.operator().require_request(DeleteTopicRequest("Orders"), "deleting topic Orders")  # ACL off
+
+    assert outcome_value(Outcome.success(7)) == 7
+    for code, status in ((ResponseCode.INVALID_PARAMETER, 400), (ResponseCode.SYSTEM_ERROR, 500)):
+        with pytest.raises(ConsoleError) as failed:
+            outcome_value(Outcome.refused(code, "why"))
+        assert (failed.value.status, failed.value.message) == (status, f"why (code {int(code)})")
