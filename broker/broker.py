@@ -18,6 +18,7 @@ from broker.acl.setup import build_acl
 from broker.clients import ClientHousekeeping, notify_group_changed
 from broker.config import ConfigError, BrokerConfig
 from broker.connection_guard import ConnectionGuard, ConnectionLimits
+from broker.core.admin import AdminService
 from broker.core.arrivals import Arrivals
 from broker.core.consume import GroupNames, Puller
 from broker.core.offsets import OffsetService
@@ -170,6 +171,12 @@ class Broker:
             replication=lambda: replication_info(config, self.ha_master, self.ha_slave,
                                                  lambda: self.store.commit_log.max_offset),
             boot_timestamp_ms=self.boot_timestamp_ms)
+        # The core's admin requests (broker/core/admin): mqadmin's over remoting and the web console's actions.
+        self.send_back_service = SendBackService(config, self.store, self.topic_config_manager,
+                                                 self.subscription_group_manager, self.send_service, self.dlq_resends)
+        self.admin_service = AdminService(
+            config, self.store, self.topic_config_manager, self.subscription_group_manager, self.consumer_manager,
+            self.consumer_offset_manager, self.view, self.producer_manager, self.send_back_service)
         self.processors = self._build_processors(config)
         self.dispatch_table = build_dispatch_table(self.processors)
         self.run_table = build_run_table(self.processors)
@@ -245,7 +252,7 @@ class Broker:
     def _build_processors(self, config: BrokerConfig) -> Processors:
         """Each processor with the parts it uses."""
         store, topics, groups = self.store, self.topic_config_manager, self.subscription_group_manager
-        consumers, offsets = self.consumer_manager, self.consumer_offset_manager
+        consumers = self.consumer_manager
         return Processors(
             send=SendProcessor(self.send_service, self.recall_service),
             pull=PullProcessor(self.puller, self.arrivals, observer=self.metrics.observe_pull),
@@ -255,11 +262,9 @@ class Broker:
                                                 self.consumer_filter_manager),
             consumer_offset=ConsumerOffsetProcessor(self.offset_service, consumers, config.broker_name),
             query=QueryProcessor(self.offset_service, store),
-            retry=RetryProcessor(SendBackService(config, store, topics, groups, self.send_service, self.dlq_resends),
-                                 self.schedule_service),
+            retry=RetryProcessor(self.send_back_service, self.schedule_service),
             lock=LockProcessor(self.rebalance_lock_manager),
-            admin=AdminProcessor(config, store, topics, groups, consumers, offsets, self.view,
-                               self.producer_manager),
+            admin=AdminProcessor(self.admin_service),
             client_call=ClientCallProcessor(consumers, store, config.broker_name),
             replicas=ReplicasProcessor(config, store.commit_log, self.roles),
         )
@@ -479,8 +484,8 @@ class Broker:
         else:
             parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
                                  lambda: self.store.commit_log.max_offset)
-        console = build_console(cfg, port, self.view, self.dispatch_table, self.dlq_resends, self.authorizer,
-                                self.namesrv.route_info if self.namesrv is not None else None, parts)
+        console = build_console(cfg, port, self.view, self.admin_service, self.dispatch_table, self.dlq_resends,
+                                self.authorizer, self.namesrv.route_info if self.namesrv is not None else None, parts)
         if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
             self.console = console
 

@@ -10,11 +10,13 @@ With ACL off (no authorizer) everything is allowed, as before."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from broker.acl.accounts import RETRY_GROUP_PREFIX, SUB, group_resource
 from broker.acl.authorizer import ANY_ACCESS, Authorizer, Needs, Principal
+from protocol.codes import ResponseCode
 
-__all__ = ["ConsoleError", "Viewer", "topic_need"]
+__all__ = ["ConsoleError", "Viewer", "outcome_value", "topic_need"]
 
 
 class ConsoleError(Exception):
@@ -25,6 +27,14 @@ class ConsoleError(Exception):
         self.status = status
         self.message = message
         self.headers = headers or {}
+
+
+def outcome_value(outcome: Any) -> Any:
+    """The value of a core Outcome that succeeded; a refusal as the page shows it (SYSTEM_ERROR: 500, else 400)."""
+    if outcome.ok:
+        return outcome.value
+    raise ConsoleError(400 if outcome.code != ResponseCode.SYSTEM_ERROR else 500,
+                       f"{outcome.remark or f'failed with code {outcome.code}'} (code {outcome.code})")
 
 
 def topic_need(topic: str, perm: int) -> tuple[str, int]:
@@ -68,6 +78,10 @@ class Viewer:
         refusal = self.refusal(needs, what, admin_only=admin_only)
         if refusal is not None:
             raise ConsoleError(403, refusal if what in refusal else f"{refusal} ({what})")
+
+    def require_request(self, request: Any, what: str) -> None:
+        """403 unless the account may make the core's typed ``request`` (its ``needs()``, admin-only or not)."""
+        self.require(request.needs(), what, admin_only=request.admin_only)
 
     def may(self, needs: Needs) -> bool:
         return self.refusal(needs, "a read") is None

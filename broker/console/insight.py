@@ -1,10 +1,10 @@
 """The console's operator pages beyond topics and groups: a message's trace, producer connections, the broker's
 configuration, and the resend audit of dead letters.
 
-Each reads what the equivalent remoting request would answer, through the same handlers (``views.call``) or the
-store: traces are the trace topic's messages whose KEYS name the msgId (QUERY_MESSAGE by key, the broker's index),
-decoded with protocol/trace.py; producers come from GET_ALL_PRODUCER_INFO, the configuration from GET_BROKER_CONFIG
-with anything secret masked."""
+Each reads what the equivalent remoting request would answer, through the core's AdminService (``views.admin``,
+the typed requests of broker/core/admin) or the store: traces are the trace topic's messages whose KEYS name the
+msgId (QUERY_MESSAGE by key, the broker's index), decoded with protocol/trace.py; producers come from
+GET_ALL_PRODUCER_INFO, the configuration from GET_BROKER_CONFIG with anything secret masked."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import re
 import zlib
 from typing import Any
 
-from broker.console.access import ConsoleError, Viewer
-from protocol.admin_bodies import ProducerTableInfo
-from protocol.codes import RequestCode
+from broker.console.access import ConsoleError, Viewer, outcome_value
+from broker.core.admin import AllProducersRequest, BrokerConfigRequest
+from broker.core.outcome import Requester
 from protocol.message import RecordError, decode_record
 from protocol.trace import TRACE_TOPIC, decode_records, message_trace
 
@@ -28,19 +28,20 @@ _INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
 _COMPRESSED = 0x1
 
 
-def _properties(body: bytes) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in body.decode("utf-8", "replace").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip():
-            out[key.strip()] = value.strip()
-    return out
+_CONSOLE = Requester("console", "console")
+
+
+def _properties(views: Any, request: BrokerConfigRequest | None = None) -> dict[str, str]:
+    """The broker's settings (GET_BROKER_CONFIG's), keys and values trimmed as that answer's lines are read."""
+    props = outcome_value(views.admin.broker_config(request or BrokerConfigRequest(_CONSOLE)))
+    return {key.strip(): str(value).strip() for key, value in props.items() if key.strip()}
 
 
 async def broker_config(views: Any, viewer: Viewer) -> dict[str, Any]:
     """The effective configuration (GET_BROKER_CONFIG, admin only), secrets masked."""
-    viewer.require_admin("the broker's configuration (GET_BROKER_CONFIG)")
-    props = _properties((await views.call(RequestCode.GET_BROKER_CONFIG)).body or b"")
+    request = BrokerConfigRequest(_CONSOLE)
+    viewer.require_request(request, "the broker's configuration (GET_BROKER_CONFIG)")
+    props = _properties(views, request)
     entries = []
     for key in sorted(props, key=str.lower):
         secret = bool(SECRET_KEY_PATTERN.search(key))
@@ -51,7 +52,7 @@ async def broker_config(views: Any, viewer: Viewer) -> dict[str, Any]:
 async def trace_topic_name(views: Any) -> str:
     """The broker's msgTraceTopicName (the topic its clients are told to write traces to)."""
     try:
-        props = _properties((await views.call(RequestCode.GET_BROKER_CONFIG)).body or b"")
+        props = _properties(views)
     except ConsoleError:
         return TRACE_TOPIC
     return props.get("msgTraceTopicName") or TRACE_TOPIC
@@ -59,8 +60,9 @@ async def trace_topic_name(views: Any) -> str:
 
 async def producer_list(views: Any, viewer: Viewer) -> dict[str, Any]:
     """Every producer group with its live connections (GET_ALL_PRODUCER_INFO, admin only: it lists addresses)."""
-    viewer.require_admin("the producer connections (GET_ALL_PRODUCER_INFO)")
-    table = ProducerTableInfo.decode((await views.call(RequestCode.GET_ALL_PRODUCER_INFO)).body or b"{}").data
+    request = AllProducersRequest(_CONSOLE)
+    viewer.require_request(request, "the producer connections (GET_ALL_PRODUCER_INFO)")
+    table = outcome_value(views.admin.all_producers(request)).data
     groups = []
     for group in sorted(g for g in table if g != _INNER_PRODUCER):
         clients = [{"clientId": c.get("clientId"), "addr": c.get("remoteIP"), "language": c.get("language"),

@@ -275,12 +275,12 @@ class ConsoleServer:
 
     async def _save_topic(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
-        await self.views.save_topic(body, self._caller(request))
+        await self.views.save_topic(body, self._caller(request), self._viewer(request))
         return web.json_response({"ok": True, "topic": body.get("topic")})
 
     async def _delete_topic(self, request: web.Request) -> web.Response:
         topic = request.match_info["topic"]
-        await self.views.delete_topic(topic, self._caller(request))
+        await self.views.delete_topic(topic, self._caller(request), self._viewer(request))
         return web.json_response({"ok": True, "topic": topic})
 
     # ---- groups ---------------------------------------------------------------------------------
@@ -351,7 +351,8 @@ class ConsoleServer:
                          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(last['at'] / 1000))} by {last['by']}); "
                          "confirm to resend them again",
                 "needsConfirm": True, "alreadyResent": earlier}, status=409)
-        results = await self.views.resend(group, offsets, self._caller(request), force=confirmed)
+        results = await self.views.resend(group, offsets, self._caller(request), self._viewer(request),
+                                          force=confirmed)
         return web.json_response({"group": group, "results": results,
                                   "resent": sum(1 for r in results if r["ok"])})
 

@@ -1,7 +1,9 @@
 """What the console's pages show, read from the broker's own managers and store, as JSON-ready dicts.
 
 Reads are bounded (a search returns at most `limit` messages and examines a bounded number of queue entries), so a
-page never holds the event loop for long. Changes go through the broker's request handlers (broker/processors/inprocess.py).
+page never holds the event loop for long. Changes and the admin reads are the messaging core's typed admin requests
+(broker/core/admin), executed by its AdminService and authorized on their ``needs()`` by the one Authorizer, as a
+remoting request would be; resetting a group's offsets goes through ``reset_offsets`` (broker/console/build.py).
 Every read takes the request's ``Viewer`` (broker/console/access.py): listings leave out what its account may not
 see, a direct read of it answers 403 (ACL off: everything, as before).
 """
@@ -12,28 +14,33 @@ import base64
 import json
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.acl.accounts import SUB, group_resource
-from broker.console.access import ConsoleError, Viewer, topic_need
-from broker.processors.inprocess import AdminCallError, call_handler
+from broker.console.access import ConsoleError, Viewer, outcome_value, topic_need
+from broker.core.admin import (AdminService, ConsumeStatsRequest, ConsumerConnectionRequest,
+                               DeleteTopicRequest, ResendDeadLetterRequest, UpdateTopicRequest)
+from broker.core.outcome import Outcome, Requester
 from broker.managers.consumer_manager import group_topics
 from broker.managers.subscription_group import SYSTEM_GROUPS
 from broker.managers.topic_config import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from broker.managers.topic_message_type import (AttributeError_, attributes_after, console_attributes,
                                                  topic_message_type)
-from protocol.admin_bodies import ConsumeStats, ConsumerConnection, ResetOffsetBody
-from protocol.codes import RequestCode, ResponseCode
+from protocol.bodies import MessageQueue
 from protocol.ids import decode_offset_msg_id
 from protocol.message import MessageRecord, RecordError, decode_record, iter_records
 
 if TYPE_CHECKING:
     from broker.view import BrokerView
 
-__all__ = ["BrokerFacts", "ConsoleError", "ConsoleViews", "body_views", "record_summary", "topic_kind"]
+__all__ = ["BrokerFacts", "ConsoleError", "ConsoleViews", "ResetOffsets", "body_views", "record_summary", "topic_kind"]
 
+# (group, topic, timestamp ms, caller) -> (the new offset per queue, how many online consumers were told)
+ResetOffsets = Callable[[str, str, int, str], Awaitable[tuple[dict[MessageQueue, int], int]]]
+
+_CONSOLE = Requester("console", "console")  # who makes the console's reads
 SEARCH_LIMIT = 64  # messages one search returns at most
 SCAN_LIMIT = 20_000  # queue entries one time-range search examines at most
 DLQ_LIMIT = 200
@@ -118,31 +125,24 @@ class BrokerFacts:
 
 
 class ConsoleViews:
-    """The console's data, read through the broker's read-only view (broker/view.py; no second client); changes run
-    through the broker's request handlers (`dispatch_table`)."""
+    """The console's data, read through the broker's read-only view (broker/view.py; no second client); changes are
+    the core's typed admin requests, run by ``admin`` (AdminService); ``reset_offsets`` resets a group's offsets."""
 
-    def __init__(self, view: BrokerView, dispatch_table: dict[int, Any], facts: BrokerFacts,
-                 replication: Any = None, *, resends: Any = None) -> None:
+    def __init__(self, view: BrokerView, admin: AdminService, facts: BrokerFacts,
+                 replication: Any = None, *, resends: Any = None, reset_offsets: ResetOffsets | None = None) -> None:
         self.store = view.store
         self.topics = view.topics
         self.groups = view.groups
         self.offsets = view.offsets
         self.consumers = view.consumers
-        self.dispatch_table = dispatch_table
+        self.admin = admin
+        self.reset_offsets = reset_offsets
         self.facts = facts
         self.replication = replication  # broker/console/replication.py's ReplicationView (None: no such page)
         self.resends = resends  # broker/managers/dlq_resends.py's DlqResendLog (None: no resend audit)
         self.own_topics = (facts.cluster, facts.name)
 
     # ---- helpers --------------------------------------------------------------------------------
-    async def call(self, code: int, fields: dict[str, Any] | None = None, body: bytes = b"", *,
-                   caller: str = "console") -> Any:
-        try:
-            return await call_handler(self.dispatch_table, code, fields, body, caller=caller)
-        except AdminCallError as exc:
-            raise ConsoleError(400 if exc.code != ResponseCode.SYSTEM_ERROR else 500,
-                               f"{exc.remark} (code {exc.code})") from None
-
     def _queue_ids(self, topic: str) -> range:
         config = self.topics.get(topic)
         if config is None:
@@ -259,17 +259,16 @@ class ConsoleViews:
                 found.add(group)
         return found
 
-    async def save_topic(self, fields: dict[str, Any], caller: str) -> None:
+    async def save_topic(self, fields: dict[str, Any], caller: str, viewer: Viewer) -> None:
         topic = str(fields.get("topic") or "").strip()
-        values = {"topic": topic, "readQueueNums": fields.get("readQueueNums", 4),
-                  "writeQueueNums": fields.get("writeQueueNums", 4), "perm": fields.get("perm", 6)}
+        values = {"readQueueNums": fields.get("readQueueNums", 4), "writeQueueNums": fields.get("writeQueueNums", 4),
+                  "perm": fields.get("perm", 6)}
         for key in ("readQueueNums", "writeQueueNums", "perm"):
             try:
                 values[key] = int(values[key])
             except (TypeError, ValueError):
                 raise ConsoleError(400, f"{key} must be a whole number, got {values[key]!r}") from None
-        if fields.get("order") is not None:
-            values["order"] = "true" if fields.get("order") in (True, "true", "on", "1") else "false"
+        order = fields.get("order") is not None and fields.get("order") in (True, "true", "on", "1")
         # messageType -> "+message.type=FIFO" when it changes the topic's type (or the raw "attributes" text)
         current = self.topics.get(topic)
         attributes = console_attributes(fields, current)
@@ -278,13 +277,18 @@ class ConsoleViews:
                 attributes_after(current, attributes, allow_mixed=True)
             except AttributeError_ as exc:
                 raise ConsoleError(400, f"attributes {attributes!r}: {exc}") from None
-            values["attributes"] = attributes
-        await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, values, caller=caller)
+        request = UpdateTopicRequest(topic, values["readQueueNums"], values["writeQueueNums"], values["perm"],
+                                     order=order, attributes=attributes or None,
+                                     requester=Requester(caller, "console"))
+        viewer.require_request(request, f"saving topic {topic}")
+        outcome_value(self.admin.update_topic(request))
 
-    async def delete_topic(self, topic: str, caller: str) -> None:
+    async def delete_topic(self, topic: str, caller: str, viewer: Viewer) -> None:
+        request = DeleteTopicRequest(topic, Requester(caller, "console"))
+        viewer.require_request(request, f"deleting topic {topic}")
         if self.topics.get(topic) is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
-        await self.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}, caller=caller)
+        outcome_value(await self.admin.delete_topic(request))
 
     # ---- consumer groups ------------------------------------------------------------------------
     def _group_names(self) -> list[str]:
@@ -338,15 +342,16 @@ class ConsoleViews:
         return out
 
     async def group_detail(self, group: str, viewer: Viewer) -> dict[str, Any]:
-        viewer.require_group(group, f"reading consumer group {group}")
+        connection_request = ConsumerConnectionRequest(group, _CONSOLE)  # SUB on the group
+        viewer.require_request(connection_request, f"reading consumer group {group}")
         if group not in self._group_names():
             raise ConsoleError(404, f"consumer group {group} is not known to this broker")
         clients: list[dict[str, Any]] = []
         subscriptions: list[dict[str, Any]] = []
         model = consume_type = None
-        try:
-            response = await self.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
-            connection = ConsumerConnection.decode(response.body)
+        connected = self.admin.consumer_connection(connection_request)
+        if connected.ok:  # else not online
+            connection = connected.value
             clients = [{"clientId": c.client_id, "addr": c.client_addr, "language": c.language,
                         "version": c.version} for c in connection.connection_set]
             subscriptions = [{"topic": topic, "expression": getattr(sub, "sub_string", "*"),
@@ -354,9 +359,8 @@ class ConsoleViews:
                              for topic, sub in sorted(connection.subscription_table.items())
                              if viewer.sees_everything or viewer.may_read_topic(topic)]
             model, consume_type = connection.message_model, connection.consume_type
-        except ConsoleError:
-            pass  # not online
-        stats = ConsumeStats.decode((await self.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})).body)
+        # every topic of the group, each shown only if the account may read it (a listing filters, never refuses)
+        stats = outcome_value(self.admin.consume_stats(ConsumeStatsRequest(group, None, _CONSOLE)))
         queues = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id,
                    "brokerOffset": w.broker_offset, "consumerOffset": w.consumer_offset, "lag": w.lag,
                    "lastTimestamp": w.last_timestamp}
@@ -384,12 +388,12 @@ class ConsoleViews:
                        f"resetting the offsets of group {group} on topic {topic}", admin_only=True)
         if self.topics.get(topic) is None:
             raise ConsoleError(404, f"topic {topic} does not exist on this broker")
-        fields = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": "true"}
-        response = await self.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields, caller=caller)
-        table = ResetOffsetBody.decode(response.body).offset_table
+        if self.reset_offsets is None:
+            raise ConsoleError(404, "this console cannot reset offsets")
+        table, told = await self.reset_offsets(group, topic, timestamp_ms, caller)
         return {"group": group, "topic": topic, "timestamp": timestamp_ms,
                 "offsets": [{"queueId": mq.queue_id, "offset": offset} for mq, offset in sorted(table.items())],
-                "consumersTold": int((response.ext_fields or {}).get("online") or 0)}
+                "consumersTold": told}
 
     # ---- messages -------------------------------------------------------------------------------
     def by_id(self, msg_id: str, topic: str | None, viewer: Viewer) -> list[dict[str, Any]]:
@@ -558,20 +562,23 @@ class ConsoleViews:
             return []
         return [entry for entry in (self.resends.last(group, o) for o in offsets) if entry is not None]
 
-    async def resend(self, group: str, offsets: list[int], caller: str, *, force: bool = False
+    async def resend(self, group: str, offsets: list[int], caller: str, viewer: Viewer, *, force: bool = False
                      ) -> list[dict[str, Any]]:
         """Resend dead letters to `group` (through its retry topic: only this group consumes them again); a letter
         resent before only with `force` (the broker refuses it otherwise)."""
         results = []
+        requester = Requester(caller, "console")
+        viewer.require_request(ResendDeadLetterRequest(group, requester=requester),
+                               f"resending the dead letters of group {group}")
         for offset in offsets:
-            fields: dict[str, Any] = {"group": group, "offset": offset}
-            if force:
-                fields["force"] = "true"
+            request = ResendDeadLetterRequest(group, offset, force=force, requester=requester)
+            outcome = self.admin.resend_dead_letter(request)
+            if type(outcome) is not Outcome:
+                outcome = await outcome
             try:
-                response = await self.call(RequestCode.RESEND_DLQ_MESSAGE, fields, caller=caller)
-                ext = response.ext_fields or {}
-                results.append({"commitLogOffset": offset, "ok": True, "topic": ext.get("topic"),
-                                "msgId": ext.get("uniqKey") or ext.get("msgId")})
+                fields = outcome_value(outcome)
+                results.append({"commitLogOffset": offset, "ok": True, "topic": fields.get("topic"),
+                                "msgId": fields.get("uniqKey") or fields.get("msgId")})
             except ConsoleError as exc:
                 results.append({"commitLogOffset": offset, "ok": False, "error": exc.message})
         return results

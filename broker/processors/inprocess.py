@@ -1,9 +1,10 @@
-"""Requests run through the broker's own handlers, in process: for the web console's changes and the gRPC endpoint's
-sends.
+"""A request run through the broker's own remoting handler, in process: the web console's offset reset
+(INVOKE_BROKER_TO_RESET_OFFSET), the one console action not yet a typed request of the messaging core.
 
-A change made in the console (create a topic, resend a dead letter, ...) or a message sent over gRPC is the very
-request `mqadmin` or a remoting producer would send, handed to the same handler from the broker's dispatch table: the
-same checks, the same persistence before the answer, the same log line. Only the network hop is missing."""
+The console's other actions call the core's AdminService (broker/core/admin) directly, and gRPC sends go through the
+core's SendService: neither builds a RemotingCommand. Here the request is the very one `mqadmin` would send, handed
+to the same handler from the broker's dispatch table: the same checks, the same persistence before the answer, the
+same log line. Only the network hop is missing."""
 
 from __future__ import annotations
 
