@@ -64,10 +64,11 @@ def subscription_group_range_problem(config: SubscriptionGroupConfig) -> str | N
 
 
 class AdminService:
-    """``config`` (BrokerConfig, read live), ``store`` (the message store: its read API and topic deletion), ``topics`` / ``groups`` (the topic and subscription-group registries), ``consumers``
-    and ``producers`` (who is connected), ``offsets`` (the committed offsets), ``state`` (the broker-wide figures,
-    read-only), ``resender`` (the send-back core, broker/core/send_back.py: a dead letter is put back as a send is
-stored, with its in-sync, flush and replication waits, and audited)."""
+    """``config`` (BrokerConfig, read live), ``store`` (the message store: its read API and topic deletion),
+    ``topics`` / ``groups`` (the topic and subscription-group registries), ``consumers`` and ``producers`` (who is
+    connected), ``offsets`` (the committed offsets), ``state`` (the broker-wide figures, read-only), ``resender`` (the
+    send-back core, broker/core/send_back.py: a dead letter is put back as a send is stored, with its in-sync, flush
+    and replication waits, and audited)."""
 
     def __init__(self, config: Any, store: Any, topics: Any, groups: Any, consumers: Any, offsets: Any,
                  state: BrokerState, producers: Any = None, resender: Any = None,
