@@ -484,8 +484,9 @@ class Broker:
         else:
             parts = ClassicParts(lambda: cfg.broker_role, self.ha_master, self.ha_slave,
                                  lambda: self.store.commit_log.max_offset)
-        console = build_console(cfg, port, self.view, self.admin_service, self.dispatch_table, self.dlq_resends,
-                                self.authorizer, self.namesrv.route_info if self.namesrv is not None else None, parts)
+        console = build_console(cfg, port, self.view, self.admin_service, self.offset_service, self.consumer_manager,
+                                self.dlq_resends, self.authorizer,
+                                self.namesrv.route_info if self.namesrv is not None else None, parts)
         if await listen_optional("dashboardPort", cfg.dashboard_port, console, "web console"):
             self.console = console
 

@@ -1,5 +1,6 @@
 """The broker's side of its clients' sessions: telling a consumer group that its members or subscriptions changed
-(NOTIFY_CONSUMER_IDS_CHANGED, so its members rebalance), and dropping clients whose heartbeats stopped."""
+(NOTIFY_CONSUMER_IDS_CHANGED, so its members rebalance) or that its offsets were reset (RESET_CONSUMER_CLIENT_OFFSET),
+and dropping clients whose heartbeats stopped."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import asyncio
 import logging
 from typing import Any
 
+from protocol.admin_bodies import ResetOffsetBody
+from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 
 log = logging.getLogger("broker.broker")  # the broker's own logger: these lines read as before
 
-__all__ = ["ClientHousekeeping", "HOUSEKEEPING_INTERVAL_S", "notify_group_changed"]
+__all__ = ["ClientHousekeeping", "HOUSEKEEPING_INTERVAL_S", "notify_group_changed", "tell_offset_reset"]
 
 HOUSEKEEPING_INTERVAL_S = 10.0
 
@@ -31,6 +34,24 @@ def notify_group_changed(consumers: Any, group: str, channels: list[Any]) -> Non
             channel.send_oneway(request)
         except Exception:
             log.warning("notifying %s of group %s change failed", getattr(channel, "remote_addr", channel), group)
+
+
+def tell_offset_reset(consumers: Any, broker_name: str, result: Any) -> tuple[dict[MessageQueue, int], bytes, int]:
+    """A reset of the offsets core (broker/core/offsets.py ResetResult) told to each online consumer of its group as
+    one-way RESET_CONSUMER_CLIENT_OFFSET (it drops the queues and resumes there), whoever asked for the reset (a
+    remoting admin, the web console): its table, the table as a ResetOffsetBody, how many consumers were sent it."""
+    table = {MessageQueue(result.topic, broker_name, queue_id): offset for queue_id, offset in result.offsets.items()}
+    body = ResetOffsetBody(table).encode()
+    info = consumers.get_group(result.group)
+    told = 0
+    if info is not None:
+        fields = {"topic": result.topic, "group": result.group, "timestamp": str(result.timestamp),
+                  "isForce": "true" if result.force else "false"}
+        for channel in info.channels():
+            notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(fields), body, opaque=0)
+            if channel.send_oneway(notice):
+                told += 1
+    return table, body, told
 
 
 class ClientHousekeeping:

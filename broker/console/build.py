@@ -6,40 +6,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import logging
+
+from broker.clients import tell_offset_reset
 from broker.console.access import ConsoleError
 from broker.console.replication import ReplicationView
 from broker.console.server import ConsoleServer
 from broker.console.throttle import SignInThrottle, ThrottlePolicy
 from broker.console.views import BrokerFacts, ConsoleViews, ResetOffsets
+from broker.core.offsets import OffsetService, ResetOffset
 from broker.errors import ConfigError
-from broker.processors.inprocess import AdminCallError, call_handler
-from protocol.admin_bodies import ResetOffsetBody
 from protocol.bodies import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 
 __all__ = ["build_console"]
 
+log = logging.getLogger(__name__)
 
-def reset_through_handler(dispatch_table: dict[int, Any]) -> ResetOffsets:
-    """The console's offset reset as INVOKE_BROKER_TO_RESET_OFFSET run in process by its remoting handler (the one
-    console action not yet a typed request of the core): its table and how many consumers were told."""
+
+def reset_through_core(offsets: OffsetService, consumers: Any, broker_name: str) -> ResetOffsets:
+    """The console's offset reset: the offsets core's ResetOffset (forced), then the group's online consumers told
+    as a remoting INVOKE_BROKER_TO_RESET_OFFSET tells them; its table and how many consumers were told."""
     async def reset(group: str, topic: str, timestamp_ms: int, caller: str) -> tuple[dict[MessageQueue, int], int]:
-        fields = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": "true"}
-        try:
-            response = await call_handler(dispatch_table, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields,
-                                          caller=caller)
-        except AdminCallError as exc:
-            raise ConsoleError(400 if exc.code != ResponseCode.SYSTEM_ERROR else 500,
-                               f"{exc.remark} (code {exc.code})") from None
-        table = ResetOffsetBody.decode(response.body).offset_table
-        return table, int((response.ext_fields or {}).get("online") or 0)
+        outcome = await offsets.reset(ResetOffset(group, topic, timestamp_ms, True, caller))
+        result = outcome.value
+        if result is None:
+            raise ConsoleError(500 if outcome.code == ResponseCode.SYSTEM_ERROR else 400,
+                               f"{outcome.remark} (code {outcome.code})")
+        table, _body, told = tell_offset_reset(consumers, broker_name, result)
+        log.info("offsets of group %s on topic %s reset to %s by %s (timestamp %d, %d consumer(s) told)",
+                 group, topic, result.offsets, caller, timestamp_ms, told)
+        return table, told
     return reset
 
 
-def build_console(cfg: Any, port: int, view: Any, admin: Any, dispatch_table: dict[int, Any], resends: Any,
+def build_console(cfg: Any, port: int, view: Any, admin: Any, offsets: OffsetService, consumers: Any, resends: Any,
                   authorizer: Any, route_info: Callable[..., Any] | None, replication_parts: Any) -> ConsoleServer:
     """``view``: the broker's BrokerView; ``admin``: the core's AdminService (the console's admin actions);
-    ``dispatch_table``: the remoting handlers (only the offset reset still runs through one); ``resends``: the
+    ``offsets``: the core's OffsetService (offset resets) and ``consumers`` (who to tell of one); ``resends``: the
     dead-letter resend log; ``route_info``: the embedded name server's routes (None without one);
     ``replication_parts``: ClassicParts or ControllerParts (broker/console/replication.py). A dashboardAllowedHosts
     entry the console cannot read is a ConfigError naming the key."""
@@ -47,7 +51,7 @@ def build_console(cfg: Any, port: int, view: Any, admin: Any, dispatch_table: di
                         cfg.store_path_root_dir, cfg.flush_disk_type, view.runtime_info, route_info)
     views = ConsoleViews(view, admin, facts,
                          ReplicationView(cfg.broker_cluster_name, cfg.broker_name, replication_parts),
-                         resends=resends, reset_offsets=reset_through_handler(dispatch_table))
+                         resends=resends, reset_offsets=reset_through_core(offsets, consumers, cfg.broker_name))
     lock_s = float(cfg.dashboard_sign_in_lock_seconds)
     max_delay_s = float(cfg.dashboard_sign_in_max_delay_seconds)
     sign_in = SignInThrottle(

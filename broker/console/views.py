@@ -381,9 +381,10 @@ class ConsoleViews:
                            viewer: Viewer) -> dict[str, Any]:
         """Move `group`'s offsets on `topic` to the first message stored at or after `timestamp_ms`.
 
-        Online consumers are told through INVOKE_BROKER_TO_RESET_OFFSET (they drop their queues and resume from
-        the new offsets); for a group with nobody online the committed offsets are written directly. An admin
-        account, with SUB on the group and the topic (what INVOKE_BROKER_TO_RESET_OFFSET needs)."""
+        The offsets core's reset (its committed offsets written), then online consumers are told with
+        RESET_CONSUMER_CLIENT_OFFSET (they drop their queues and resume from the new offsets), as a remoting
+        INVOKE_BROKER_TO_RESET_OFFSET does. An admin account, with SUB on the group and the topic (what that request
+        needs)."""
         viewer.require([(group_resource(group), SUB), topic_need(topic, SUB)],
                        f"resetting the offsets of group {group} on topic {topic}", admin_only=True)
         if self.topics.get(topic) is None:

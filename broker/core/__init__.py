@@ -16,8 +16,12 @@ remoting one. What the core has:
   by store time, earliest store time) — remoting QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET,
   INVOKE_BROKER_TO_RESET_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME.
 
-Not (yet) here: admin (topics, groups, statistics: broker/processors/admin.py and the web console act on the
-managers themselves), and send-back of a failed message (broker/processors/retry.py).
+* send-back of a failed message and the dead-letter resend: send_back.py (with retries.py, the retry limit and
+  dead-letter rule the send path shares), stored as a send is — remoting CONSUMER_SEND_MSG_BACK, RESEND_DLQ_MESSAGE and
+  the web console;
+* admin: admin/ — topics, subscription groups, statistics, connections, the broker's configuration and figures —
+  remoting admin codes (broker/processors/admin.py) and the web console (broker/console/), which also resets offsets
+  through offsets.py.
 
 Floors: the core sits with the processors and services (it uses the store, the managers and the filters); it never
 imports a protocol front end (broker/processors/*, broker/grpc/*) nor the Broker class."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from broker.clients import tell_offset_reset
 from broker.core.offsets import OffsetService, QueryConsumerOffset, ResetOffset, ResetResult, UpdateConsumerOffset
 from broker.core.outcome import Outcome
 from broker.log_limit import RateLimitedLog
 from broker.managers.consumer_manager import ConsumerManager
-from protocol.admin_bodies import ResetOffsetBody
-from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.requests import read_request
@@ -74,23 +73,7 @@ class ConsumerOffsetProcessor:
         result = outcome.value
         if result is None:
             return cmd.make_response(outcome.code, outcome.remark)
-        body = ResetOffsetBody({MessageQueue(result.topic, self.broker_name, queue_id): offset
-                                for queue_id, offset in result.offsets.items()}).encode()
-        told = self._tell_consumers(result, body)
+        _table, body, told = tell_offset_reset(self.consumers, self.broker_name, result)
         log.info("offsets of group %s on topic %s reset to %s by %s (timestamp %d, %d consumer(s) told)",
                  result.group, result.topic, result.offsets, requester, result.timestamp, told)
         return cmd.make_response(ResponseCode.SUCCESS, None, {"online": str(told)}, body)
-
-    def _tell_consumers(self, result: ResetResult, body: bytes) -> int:
-        """RESET_CONSUMER_CLIENT_OFFSET to each online consumer of the group; how many were sent it."""
-        info = self.consumers.get_group(result.group)
-        if info is None:
-            return 0
-        told = 0
-        fields = {"topic": result.topic, "group": result.group, "timestamp": str(result.timestamp),
-                  "isForce": "true" if result.force else "false"}
-        for client_channel in info.channels():
-            notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(fields), body, opaque=0)
-            if client_channel.send_oneway(notice):
-                told += 1
-        return told
