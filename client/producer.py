@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ssl
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from client.credentials import Credentials
 from client.errors import (
@@ -27,6 +28,7 @@ from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.route import TopicPublishInfo, TopicRoute
+from client.send_hooks import SendContext, SendHook, SendHooks
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode, ResponseCode
 from protocol.ids import UniqKeyGenerator
@@ -135,7 +137,8 @@ class Producer(ClientLifecycle):
             if start_detector_enable:
                 self._detector = BrokerDetector(self._faults, self._instance, self._probe_topic, detect_interval,
                                                 detect_timeout)
-        # Message traces (client/trace.py): send and send_async are wrapped only when asked for.
+        self._send_hooks = SendHooks(group)  # called around send, send_async, send_batch (register_send_hook)
+        # Message traces (client/trace.py): a send hook, registered only when asked for.
         self.trace_dispatcher = None
         if enable_trace:
             from client.trace import TraceDispatcher, trace_producer
@@ -144,6 +147,36 @@ class Producer(ClientLifecycle):
                                                     make_producer=Producer, credentials=credentials, tls=tls,
                                                     tls_ca_path=tls_ca_path)
             trace_producer(self, self.trace_dispatcher)
+
+    def register_send_hook(self, hook: SendHook) -> None:
+        """Have hook.send_before/send_after called around every send, send_async and send_batch (client/send_hooks.py;
+        message traces use one)."""
+        self._send_hooks.register(hook)
+
+    def _hooks_after(self, context: SendContext, result: SendResult | None, error: BaseException | None) -> None:
+        addr = ""
+        if result is not None:
+            name = result.message_queue.broker_name
+            addr = self._instance.master_addr(name) or name
+        self._send_hooks.after(context, result, error, addr)
+
+    def _hooks_after_task(self, context: SendContext, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self._hooks_after(context, None, asyncio.CancelledError())
+        elif task.exception() is not None:
+            self._hooks_after(context, None, task.exception())
+        else:
+            self._hooks_after(context, task.result(), None)
+
+    async def _hooked(self, send: Awaitable[SendResult], context: SendContext) -> SendResult:
+        """Await send (not started yet: the before hooks ran first), then the after hooks."""
+        try:
+            result = await send
+        except BaseException as exc:
+            self._hooks_after(context, None, exc)
+            raise
+        self._hooks_after(context, result, None)
+        return result
 
     @property
     def send_latency_fault_enable(self) -> bool:
@@ -192,6 +225,13 @@ class Producer(ClientLifecycle):
         or an explicit `queue`: one attempt to that queue, isolation or not (ordered messages must not be
         re-routed: ordering beats availability).
         """
+        if self._send_hooks.hooks:
+            context = self._send_hooks.before([msg], False, delay_level)
+            return await self._hooked(self._send(msg, selector, arg, queue, delay_level, timeout), context)
+        return await self._send(msg, selector, arg, queue, delay_level, timeout)
+
+    async def _send(self, msg: Message, selector: QueueSelector | None, arg: object, queue: MessageQueue | None,
+                    delay_level: int | None, timeout: float | None) -> SendResult:
         if not self._started:
             raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
         prepared = self._encoder.prepare(msg, delay_level)
@@ -307,6 +347,7 @@ class Producer(ClientLifecycle):
             raise MQClientError("producer is not started")
         prepared = self._encoder.prepare(msg, delay_level)
         timeout = self.send_timeout if timeout is None else timeout
+        context = self._send_hooks.before([msg], False, delay_level) if self._send_hooks.hooks else None
         task = asyncio.get_running_loop().create_task(self._send_async(prepared, msg, selector, arg, queue, timeout))
         if callback is not None:
 
@@ -322,6 +363,8 @@ class Producer(ClientLifecycle):
                     log.exception("send_async callback raised")
 
             task.add_done_callback(done)
+        if context is not None:  # after the callback, as a wrapper around send_async would see it
+            task.add_done_callback(functools.partial(self._hooks_after_task, context))
         return task
 
     async def _send_async(self, prepared, msg, selector, arg, queue, timeout: float) -> SendResult:
@@ -375,9 +418,16 @@ class Producer(ClientLifecycle):
         timeout: float | None = None,
     ) -> SendResult:
         """Send messages of one topic as ONE SEND_BATCH_MESSAGE; msg_id is the comma-joined UNIQ_KEYs."""
+        messages = list(msgs)
+        if self._send_hooks.hooks:
+            context = self._send_hooks.before(messages, True, None)
+            return await self._hooked(self._send_batch(messages, selector, arg, queue, timeout), context)
+        return await self._send_batch(messages, selector, arg, queue, timeout)
+
+    async def _send_batch(self, messages: list[Message], selector: QueueSelector | None, arg: object,
+                          queue: MessageQueue | None, timeout: float | None) -> SendResult:
         if not self._started:
             raise MQClientError("producer is not started")
-        messages = list(msgs)
         prepared = self._encoder.prepare_batch(messages)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is None and selector is None:
