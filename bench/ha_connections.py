@@ -15,15 +15,13 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.support.broker_process import free_port  # noqa: E402
+from tests.support.broker_process import BrokerProcess, free_port, prepare_broker  # noqa: E402
 from protocol.ha import encode_report  # noqa: E402
 
 ACL = """accounts:
@@ -84,48 +82,41 @@ async def main() -> None:
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument("--hold", type=float, default=10.0, help="seconds the connections stay open")
     args = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="ha-bench-")
-    port, ha_port = free_port(), free_port()
-    conf = os.path.join(work, "broker.conf")
-    with open(conf, "w", encoding="utf-8") as f:
-        f.write("\n".join([
-            "brokerName=ha-bench", "brokerIP1=127.0.0.1", "listenHost=127.0.0.1", f"listenPort={port}",
-            f"haListenPort={ha_port}", "enableEmbeddedNamesrv=false", f"storePathRootDir={work}/store",
-            "mappedFileSizeCommitLog=67108864", "dashboardPort=0", "enableGrpcProxy=false", "enableVipChannel=false",
-            f"aclEnable={'true' if args.acl else 'false'}", f"aclFile={work}/plain_acl.yml"]) + "\n")
-    with open(os.path.join(work, "plain_acl.yml"), "w", encoding="utf-8") as f:
-        f.write(ACL)
-    env = dict(os.environ, PYTHONPATH=args.root)
-    proc = subprocess.Popen([sys.executable, "-m", "broker", "-c", conf, "-l", "WARNING"], cwd=args.root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if "boot success" in line:
-                break
-        await fill_log(port, args.messages, args.acl)
-        before = rss_mb(proc.pid)
-        started = time.monotonic()
-        conns = await open_many(ha_port, args.connections)
-        await asyncio.sleep(args.hold)
-        during = rss_mb(proc.pid)
-        # the master closed it: EOF or a reset seen by the stream (even if nothing was read)
-        closed = sum(1 for reader, _ in conns if reader._eof or reader.exception() is not None)
-        for _, writer in conns:
-            writer.close()
-        await asyncio.sleep(3.0)
-        after = rss_mb(proc.pid)
-        print(json.dumps({"root": args.root, "acl": args.acl, "connections": len(conns), "closed_by_master": closed,
-                          "rss_mb_before": round(before, 1), "rss_mb_with_connections": round(during, 1),
-                          "rss_mb_after_close": round(after, 1), "seconds": round(time.monotonic() - started, 1)}))
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory(prefix="ha-bench-") as work:
+        acl_path = os.path.join(work, "plain_acl.yml")
+        with open(acl_path, "w", encoding="utf-8") as f:
+            f.write(ACL)
+        ha_port = free_port()
+        broker, _ = prepare_broker(work, 64 * 1024 * 1024, None, broker_name="ha-bench", embedded_namesrv=False,
+                                   root=args.root, extra={"haListenPort": ha_port, "enableVipChannel": "false",
+                                                          "aclEnable": "true" if args.acl else "false",
+                                                          "aclFile": acl_path})
+        broker.start()
         try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+            print(json.dumps(await measure(args, broker, ha_port)))
+        finally:
+            broker.stop()
 
+
+async def measure(args: argparse.Namespace, broker: BrokerProcess, ha_port: int) -> dict[str, object]:
+    """Fill the log, then the broker's RSS before, while N HA connections are open, and after they closed."""
+    pid = broker.pid
+    assert pid is not None
+    await fill_log(broker.port, args.messages, args.acl)
+    before = rss_mb(pid)
+    started = time.monotonic()
+    conns = await open_many(ha_port, args.connections)
+    await asyncio.sleep(args.hold)
+    during = rss_mb(pid)
+    # the master closed it: EOF or a reset seen by the stream (even if nothing was read)
+    closed = sum(1 for reader, _ in conns if reader._eof or reader.exception() is not None)
+    for _, writer in conns:
+        writer.close()
+    await asyncio.sleep(3.0)
+    after = rss_mb(pid)
+    return {"root": args.root, "acl": args.acl, "connections": len(conns), "closed_by_master": closed,
+            "rss_mb_before": round(before, 1), "rss_mb_with_connections": round(during, 1),
+            "rss_mb_after_close": round(after, 1), "seconds": round(time.monotonic() - started, 1)}
 
 if __name__ == "__main__":
     asyncio.run(main())

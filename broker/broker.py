@@ -100,7 +100,7 @@ class Broker:
         store_config = config.to_store_config()
         # Metrics observe sends (the remoting servers), pulls (the pull processor) and flushes (the store) through
         # observers those owners call: per request, never per message.
-        self.metrics = BrokerMetrics(bool(config.metrics_port), int(getattr(config, "slow_flush_warn_millis", 1000)))
+        self.metrics = BrokerMetrics(bool(config.metrics_port), config.slow_flush_warn_millis)
         config_dir = config.config_dir
         self.ha = HASlots()  # the HA listener / client (set by _build_replication; controller mode swaps them)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)

@@ -131,6 +131,11 @@ class ConsumeOrderlyService:
             self._pool = None
         return still_busy
 
+    async def call_listener(self, messages: list[MessageExt], context: object) -> object:
+        """The listener's result for messages, outside the queues (CONSUME_MESSAGE_DIRECTLY): no offset moves, nothing
+        is sent back; an exception propagates."""
+        return await invoke_listener(self.listener_info, messages, context, self._pool)
+
     @property
     def queued(self) -> int:
         return sum(len(s.pending) for s in self._states.values())

@@ -146,6 +146,11 @@ class ConsumeService:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
+    async def call_listener(self, messages: list[MessageExt], context: object) -> object:
+        """The listener's result for messages, outside the queues (CONSUME_MESSAGE_DIRECTLY): no offset moves, nothing
+        is sent back; an exception propagates."""
+        return await invoke_listener(self.listener_info, messages, context, self._pool)
+
     @property
     def queued(self) -> int:
         return len(self._chunks)

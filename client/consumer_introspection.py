@@ -12,7 +12,6 @@ import traceback
 from typing import TYPE_CHECKING
 
 from client.consume_context import ConsumeConcurrentlyContext, ConsumeOrderlyContext
-from client.consume_service import invoke_listener
 from client.message import ConsumeOrderlyResult, ConsumeResult, MessageExt, MessageQueue
 from protocol.bodies import MessageQueue as QueueKey
 from protocol.codes import ResponseCode
@@ -68,17 +67,17 @@ def running_info(consumer: "PushConsumer") -> ConsumerRunningInfo:
         "consumeTimeout": consumer.consume_timeout,
         "suspendCurrentQueueTimeMillis": consumer.suspend_current_queue_time_millis,
         "allocateMessageQueueStrategy": repr(consumer.allocate_strategy),
-        PROP_NAMESERVER_ADDR: ";".join(consumer._instance.namesrv.addrs),
+        PROP_NAMESERVER_ADDR: ";".join(consumer.namesrv_addrs),
         PROP_CONSUME_TYPE: "CONSUME_PASSIVELY",
         PROP_CONSUME_ORDERLY: str(consumer.orderly).lower(),
         PROP_THREADPOOL_CORE_SIZE: consumer.consume_thread_max,
         PROP_CLIENT_VERSION: CLIENT_VERSION,
         PROP_CONSUMER_START_TIMESTAMP: consumer.start_timestamp_ms,
     }
-    subs = [consumer._ops.subscription_data(topic, sel) for topic, sel in sorted(consumer._all_subscriptions().items())]
+    subs = consumer.subscription_data()
     table: dict[QueueKey, ProcessQueueInfo] = {}
     store = consumer.offset_store
-    for mq, pq in consumer._process_queues.items():
+    for mq, pq in consumer.process_queues.items():
         table[QueueKey(mq.topic, mq.broker_name, mq.queue_id)] = ProcessQueueInfo(
             commit_offset=store.read(mq) if store is not None else -1,
             cached_msg_min_offset=pq.order[0] if pq.order else 0,
@@ -93,8 +92,7 @@ def running_info(consumer: "PushConsumer") -> ConsumerRunningInfo:
 
 async def consume_message_directly(consumer: "PushConsumer", cmd: RemotingCommand) -> RemotingCommand:
     """Run the listener on the message in cmd's body and report its result (ConsumeMessageDirectlyResult)."""
-    service = consumer._consume
-    if service is None:
+    if not consumer.consuming:
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, "the consumer is not started")
     try:
         record = decode_record(cmd.body)
@@ -110,7 +108,7 @@ async def consume_message_directly(consumer: "PushConsumer", cmd: RemotingComman
     outcome = ConsumeMessageDirectlyResult(order=consumer.orderly)
     started = time.monotonic()
     try:
-        result = await invoke_listener(service.listener_info, [msg], context, service._pool)
+        result = await consumer.call_listener([msg], context)
     except Exception as exc:
         outcome.consume_result = CMResult.CR_THROW_EXCEPTION
         outcome.remark = "".join(traceback.format_exception_only(type(exc), exc)).strip()

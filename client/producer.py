@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ssl
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from client.credentials import Credentials
 from client.errors import (
-    MessageValidationError,
     MQBrokerError,
     MQClientError,
     RemotingError,
@@ -26,9 +26,10 @@ from client.fault import (
 from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
-from client.route import TopicPublishInfo, TopicRoute
+from client.publish_routes import PublishRoutes, QueueSelector
+from client.send_hooks import SendContext, SendHook, SendHooks
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import RequestCode
 from protocol.ids import UniqKeyGenerator
 from protocol.trace import TRACE_TOPIC
 
@@ -44,9 +45,6 @@ _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 # A retry needs at least this much of the send's time left: a sliver would only time out, and could store a copy.
 _MIN_ATTEMPT = 0.05
 _WARN_INTERVAL = 60.0
-
-QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
-
 
 class Producer(ClientLifecycle):
     """RocketMQ producer. Use as `async with Producer("pg") as p: await p.send(Message(...))`.
@@ -98,7 +96,6 @@ class Producer(ClientLifecycle):
         self.retry_times_when_send_async_failed = max(0, retry_times_when_send_async_failed)
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.max_message_size = max_message_size
-        self.default_topic_queue_nums = default_topic_queue_nums
         self.credentials = credentials
         self._instance = ClientInstance(
             namesrv_addr,
@@ -112,12 +109,11 @@ class Producer(ClientLifecycle):
             tls=tls,
             tls_ca_path=tls_ca_path,
         )
-        self._instance.route_listeners.append(self._on_route)
+        self._routes = PublishRoutes(self._instance, default_topic_queue_nums)
+        self._publish = self._routes.table  # topic -> TopicPublishInfo, read directly by send's fast path
         self._encoder = MessageEncoder(
             UniqKeyGenerator(self._instance.client_ip), max_message_size, compress_msg_body_over_howmuch
         )
-        self._publish: dict[str, TopicPublishInfo] = {}
-        self._loading: dict[str, asyncio.Future] = {}
         self._builders: dict[tuple, Callable] = {}
         self._started = False
         # Fault isolation (controller.md §14): brokers that failed or answered slowly are avoided for a while; with
@@ -133,9 +129,10 @@ class Producer(ClientLifecycle):
             self._blocked = self._faults.blocked
             self._slow = self._faults.first_threshold
             if start_detector_enable:
-                self._detector = BrokerDetector(self._faults, self._instance, self._probe_topic, detect_interval,
+                self._detector = BrokerDetector(self._faults, self._instance, self._routes.probe_topic, detect_interval,
                                                 detect_timeout)
-        # Message traces (client/trace.py): send and send_async are wrapped only when asked for.
+        self._send_hooks = SendHooks(group)  # called around send, send_async, send_batch (register_send_hook)
+        # Message traces (client/trace.py): a send hook, registered only when asked for.
         self.trace_dispatcher = None
         if enable_trace:
             from client.trace import TraceDispatcher, trace_producer
@@ -144,6 +141,45 @@ class Producer(ClientLifecycle):
                                                     make_producer=Producer, credentials=credentials, tls=tls,
                                                     tls_ca_path=tls_ca_path)
             trace_producer(self, self.trace_dispatcher)
+
+    def register_send_hook(self, hook: SendHook) -> None:
+        """Have hook.send_before/send_after called around every send, send_async and send_batch (client/send_hooks.py;
+        message traces use one)."""
+        self._send_hooks.register(hook)
+
+    def _hooks_after(self, context: SendContext, result: SendResult | None, error: BaseException | None) -> None:
+        addr = ""
+        if result is not None:
+            name = result.message_queue.broker_name
+            addr = self._instance.master_addr(name) or name
+        self._send_hooks.after(context, result, error, addr)
+
+    def _hooks_after_task(self, context: SendContext, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self._hooks_after(context, None, asyncio.CancelledError())
+        elif task.exception() is not None:
+            self._hooks_after(context, None, task.exception())
+        else:
+            self._hooks_after(context, task.result(), None)
+
+    async def _hooked(self, send: Awaitable[SendResult], context: SendContext) -> SendResult:
+        """Await send (not started yet: the before hooks ran first), then the after hooks."""
+        try:
+            result = await send
+        except BaseException as exc:
+            self._hooks_after(context, None, exc)
+            raise
+        self._hooks_after(context, result, None)
+        return result
+
+    @property
+    def default_topic_queue_nums(self) -> int:
+        """Queues of a topic the broker creates on its first send (a topic the name server does not know yet)."""
+        return self._routes.default_topic_queue_nums
+
+    @default_topic_queue_nums.setter
+    def default_topic_queue_nums(self, value: int) -> None:
+        self._routes.default_topic_queue_nums = value
 
     @property
     def send_latency_fault_enable(self) -> bool:
@@ -192,6 +228,13 @@ class Producer(ClientLifecycle):
         or an explicit `queue`: one attempt to that queue, isolation or not (ordered messages must not be
         re-routed: ordering beats availability).
         """
+        if self._send_hooks.hooks:
+            context = self._send_hooks.before([msg], False, delay_level)
+            return await self._hooked(self._send(msg, selector, arg, queue, delay_level, timeout), context)
+        return await self._send(msg, selector, arg, queue, delay_level, timeout)
+
+    async def _send(self, msg: Message, selector: QueueSelector | None, arg: object, queue: MessageQueue | None,
+                    delay_level: int | None, timeout: float | None) -> SendResult:
         if not self._started:
             raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
         prepared = self._encoder.prepare(msg, delay_level)
@@ -247,7 +290,7 @@ class Producer(ClientLifecycle):
                 # No open connection yet: the slow path opens one, starting with the queue already chosen.
                 return await self._send_with_retries(prepared, timeout, first_queue=mq)
             return await self._send_with_retries(prepared, timeout)
-        mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+        mq = await self._routes.choose_queue(prepared.topic, msg, selector, arg, queue)
         return await self._send_to_queue(mq, prepared, timeout)
 
     async def send_oneway(
@@ -264,13 +307,11 @@ class Producer(ClientLifecycle):
             raise MQClientError("producer is not started")
         prepared = self._encoder.prepare(msg, delay_level)
         if queue is None and selector is None:
-            info = self._publish.get(prepared.topic)
-            if info is None or not info.queues:
-                info = await self._load_publish_info(prepared.topic)
+            info = await self._routes.publish_info(prepared.topic)
             faults = self._faults
             mq = info.select() if faults is None else info.select_available(faults.blocked, _monotonic())
         else:
-            mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+            mq = await self._routes.choose_queue(prepared.topic, msg, selector, arg, queue)
         addr = self._instance.master_addr(mq.broker_name) or await self._instance.find_master_addr(
             mq.broker_name, prepared.topic
         )
@@ -307,6 +348,7 @@ class Producer(ClientLifecycle):
             raise MQClientError("producer is not started")
         prepared = self._encoder.prepare(msg, delay_level)
         timeout = self.send_timeout if timeout is None else timeout
+        context = self._send_hooks.before([msg], False, delay_level) if self._send_hooks.hooks else None
         task = asyncio.get_running_loop().create_task(self._send_async(prepared, msg, selector, arg, queue, timeout))
         if callback is not None:
 
@@ -322,15 +364,15 @@ class Producer(ClientLifecycle):
                     log.exception("send_async callback raised")
 
             task.add_done_callback(done)
+        if context is not None:  # after the callback, as a wrapper around send_async would see it
+            task.add_done_callback(functools.partial(self._hooks_after_task, context))
         return task
 
     async def _send_async(self, prepared, msg, selector, arg, queue, timeout: float) -> SendResult:
         if queue is not None or selector is not None:
-            mq = await self._choose_queue(prepared.topic, msg, selector, arg, queue)
+            mq = await self._routes.choose_queue(prepared.topic, msg, selector, arg, queue)
             return await self._send_to_queue(mq, prepared, timeout)
-        info = self._publish.get(prepared.topic)
-        if info is None or not info.queues:
-            info = await self._load_publish_info(prepared.topic)
+        info = await self._routes.publish_info(prepared.topic)
         faults = self._faults
         cap = self.send_msg_max_timeout_per_request
         clock = _monotonic
@@ -375,92 +417,27 @@ class Producer(ClientLifecycle):
         timeout: float | None = None,
     ) -> SendResult:
         """Send messages of one topic as ONE SEND_BATCH_MESSAGE; msg_id is the comma-joined UNIQ_KEYs."""
+        messages = list(msgs)
+        if self._send_hooks.hooks:
+            context = self._send_hooks.before(messages, True, None)
+            return await self._hooked(self._send_batch(messages, selector, arg, queue, timeout), context)
+        return await self._send_batch(messages, selector, arg, queue, timeout)
+
+    async def _send_batch(self, messages: list[Message], selector: QueueSelector | None, arg: object,
+                          queue: MessageQueue | None, timeout: float | None) -> SendResult:
         if not self._started:
             raise MQClientError("producer is not started")
-        messages = list(msgs)
         prepared = self._encoder.prepare_batch(messages)
         timeout = self.send_timeout if timeout is None else timeout
         if queue is None and selector is None:
             return await self._send_with_retries(prepared, timeout)
-        mq = await self._choose_queue(prepared.topic, messages[0], selector, arg, queue)
+        mq = await self._routes.choose_queue(prepared.topic, messages[0], selector, arg, queue)
         return await self._send_to_queue(mq, prepared, timeout)
 
     async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The writable queues the producer would use for topic (loads the route if needed)."""
-        info = self._publish.get(topic)
-        if info is None or not info.queues:
-            info = await self._load_publish_info(topic)
+        info = await self._routes.publish_info(topic)
         return list(info.queues)
-
-    # ------------------------------------------------------------------ routing
-    def _on_route(self, topic: str, route: TopicRoute) -> None:
-        info = self._publish.get(topic)
-        if info is None:
-            return
-        queues = route.publish_queues(topic)
-        if queues:
-            info.queues = queues
-            info.route = route
-            info.via_default_topic = False
-
-    async def _load_publish_info(self, topic: str) -> TopicPublishInfo:
-        waiting = self._loading.get(topic)
-        if waiting is not None:
-            return await asyncio.shield(waiting)
-        fut = asyncio.get_running_loop().create_future()
-        self._loading[topic] = fut
-        try:
-            info = await self._fetch_publish_info(topic)
-        except BaseException as exc:
-            fut.set_exception(exc if isinstance(exc, Exception) else MQClientError(str(exc)))
-            fut.exception()
-            raise
-        finally:
-            self._loading.pop(topic, None)
-        fut.set_result(info)
-        return info
-
-    async def _fetch_publish_info(self, topic: str) -> TopicPublishInfo:
-        instance = self._instance
-        try:
-            route = await instance.update_route(topic)
-            queues = route.publish_queues(topic)
-            via_default = False
-        except MQBrokerError as exc:
-            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
-                raise
-            route = None
-            queues = []
-        if not queues:
-            # Unknown topic: borrow the auto-create key topic's brokers; the broker creates the topic on first send.
-            try:
-                route = await instance.update_route(DEFAULT_TOPIC)
-            except MQBrokerError as exc:
-                raise MQClientError(
-                    f"no route info for topic {topic!r} (and auto-create topic {DEFAULT_TOPIC} is unavailable: "
-                    f"{exc.remark})"
-                ) from exc
-            queues = route.publish_queues(topic, max_queue_nums=self.default_topic_queue_nums)
-            via_default = True
-            if not queues:
-                raise MQClientError(f"no writable queue for topic {topic!r}")
-        instance.tracked_topics.add(topic)
-        info = TopicPublishInfo(topic, queues, route, via_default)
-        self._publish[topic] = info
-        return info
-
-    async def _choose_queue(self, topic, msg, selector, arg, queue) -> MessageQueue:
-        if queue is not None:
-            if queue.topic != topic:
-                raise MessageValidationError(f"queue {queue} does not belong to topic {topic!r}")
-            return queue
-        info = self._publish.get(topic)
-        if info is None or not info.queues:
-            info = await self._load_publish_info(topic)
-        mq = selector(list(info.queues), msg, arg)
-        if not isinstance(mq, MessageQueue):
-            raise MQClientError(f"queue selector returned {mq!r}, not a MessageQueue")
-        return mq
 
     def _builder(self, topic: str, broker_name: str, serialize_type: int, batch: bool) -> Callable:
         key = (topic, broker_name, serialize_type, batch)
@@ -503,9 +480,7 @@ class Producer(ClientLifecycle):
                 return not_ok
             raise last_error
         topic = prepared.topic
-        info = self._publish.get(topic)
-        if info is None or not info.queues:
-            info = await self._load_publish_info(topic)
+        info = await self._routes.publish_info(topic)
         clock = _monotonic
         deadline = clock() + timeout
         attempts = 1 + self.retry_times_when_send_failed - (1 if retried else 0)
@@ -563,13 +538,6 @@ class Producer(ClientLifecycle):
                 log.warning("producer group %s avoids broker %s after %s; unordered sends go to other brokers until "
                             "it answers a probe (said at most once a minute per broker)", self.group, broker, exc)
             self._detector.wake()
-
-    def _probe_topic(self, broker: str) -> str:
-        """A topic of broker for the detector's GET_MAX_OFFSET probe (any answer will do)."""
-        for topic, info in self._publish.items():
-            if not info.via_default_topic and any(q.broker_name == broker for q in info.queues):
-                return topic
-        return DEFAULT_TOPIC
 
     def _retry_not_ok(self) -> bool:
         return self.retry_another_broker_when_not_store_ok and self.retry_times_when_send_failed > 0

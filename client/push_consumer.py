@@ -38,7 +38,8 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from client.allocate import AllocateStrategy, resolve_strategy, sort_queues
 from client.consume_offsets import ConsumeOffsets, make_offset_store
@@ -244,9 +245,7 @@ class PushConsumer:
         return self._subscription.all_subscriptions()
 
     def _heartbeat_data(self) -> dict:
-        subscriptions = []
-        for topic, sel in sorted(self._all_subscriptions().items()):
-            subscriptions.append(self._ops.subscription_data(topic, sel))
+        subscriptions = self.subscription_data()
         return {
             "consumerDataSet": [
                 {
@@ -470,6 +469,32 @@ class PushConsumer:
         return True
 
     # ------------------------------------------------------------------ introspection
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return list(self._instance.namesrv.addrs)
+
+    @property
+    def process_queues(self) -> Mapping[MessageQueue, ProcessQueue]:
+        """The assigned queues and what each holds, read-only (GET_CONSUMER_RUNNING_INFO reports them)."""
+        return MappingProxyType(self._subscription.assignment)
+
+    def subscription_data(self) -> list[dict]:
+        """The reference's SubscriptionData of every subscription (retry topic included), by topic: what the
+        heartbeats and the running info carry."""
+        return [self._ops.subscription_data(topic, sel) for topic, sel in sorted(self._all_subscriptions().items())]
+
+    @property
+    def consuming(self) -> bool:
+        """Started: the listener can be called (call_listener)."""
+        return self._consume is not None
+
+    async def call_listener(self, messages: list[MessageExt], context: object) -> object:
+        """Run the listener once on messages outside the queues (CONSUME_MESSAGE_DIRECTLY): its result; no offset
+        moves, nothing is sent back, an exception propagates."""
+        if self._consume is None:
+            raise MQClientError("the consumer is not started")
+        return await self._consume.call_listener(messages, context)
+
     def assigned_queues(self) -> list[MessageQueue]:
         return self._subscription.assigned_queues()
 

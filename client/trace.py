@@ -13,7 +13,6 @@ topic itself is never traced.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import time
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from client.consume_context import ListenerInfo
 from client.message import ConsumeOrderlyResult, ConsumeResult, Message, SendResult, SendStatus
+from client.send_hooks import SendContext
 from protocol.trace import (
     MAX_TRACE_BODY, TRACE_TOPIC, ContextCode, MessageType, TraceRecord, encode_records, trace_keys)
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TraceDispatcher", "trace_producer", "traced_listener", "TRACE_PRODUCER_PREFIX"]
+__all__ = ["TraceDispatcher", "PubTraceHook", "trace_producer", "traced_listener", "TRACE_PRODUCER_PREFIX"]
 
 TRACE_PRODUCER_PREFIX = "_INNER_TRACE_PRODUCER"
 DEFAULT_REGION = "DefaultRegion"
@@ -205,48 +205,32 @@ def _pub(group: str, msg: Message, result: SendResult, msg_id: str, offset_msg_i
                        offset_msg_id, result.status is SendStatus.SEND_OK)
 
 
+class PubTraceHook:
+    """The producer's send hook of message traces: a Pub record per message each successful send stored (the
+    reference client's trace SendMessageHook)."""
+
+    def __init__(self, dispatcher: TraceDispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    def send_before(self, context: SendContext) -> None:
+        pass  # the context's began_ms is all a Pub needs from before the send
+
+    def send_after(self, context: SendContext) -> None:
+        result = context.result
+        if result is None:
+            return  # failed sends leave no Pub
+        if context.batch:
+            self.dispatcher.record_pub_batch(context.group, context.messages, result, context.began_ms,
+                                             context.broker_addr)
+        else:
+            self.dispatcher.record_pub(context.group, context.messages[0], result, context.began_ms,
+                                       context.broker_addr, context.delay_level)
+
+
 def trace_producer(producer: "Producer", dispatcher: TraceDispatcher) -> None:
-    """Wrap the producer's `send`, `send_async` and `send_batch` so each successful send records a Pub per message
-    (the untraced methods stay as they are: a producer without tracing pays nothing)."""
-    send = producer.send
-    send_async = producer.send_async
-    send_batch = producer.send_batch
-    group = producer.group
-
-    def store_host(result: SendResult) -> str:
-        return producer._instance.master_addr(result.message_queue.broker_name) or result.message_queue.broker_name
-
-    @functools.wraps(send)
-    async def traced_send(msg: Message, **kwargs: Any) -> SendResult:
-        began = _ms()
-        result = await send(msg, **kwargs)
-        dispatcher.record_pub(group, msg, result, began, store_host(result), kwargs.get("delay_level"))
-        return result
-
-    @functools.wraps(send_async)
-    def traced_send_async(msg: Message, callback: Any = None, **kwargs: Any) -> asyncio.Task:
-        began = _ms()
-        task = send_async(msg, callback, **kwargs)
-
-        def done(t: asyncio.Task) -> None:
-            if not t.cancelled() and t.exception() is None:
-                result = t.result()
-                dispatcher.record_pub(group, msg, result, began, store_host(result), kwargs.get("delay_level"))
-
-        task.add_done_callback(done)
-        return task
-
-    @functools.wraps(send_batch)
-    async def traced_send_batch(msgs: Any, **kwargs: Any) -> SendResult:
-        messages = list(msgs)
-        began = _ms()
-        result = await send_batch(messages, **kwargs)
-        dispatcher.record_pub_batch(group, messages, result, began, store_host(result))
-        return result
-
-    producer.send = traced_send  # type: ignore[method-assign]
-    producer.send_async = traced_send_async  # type: ignore[method-assign]
-    producer.send_batch = traced_send_batch  # type: ignore[method-assign]
+    """Register the Pub trace hook on the producer: each successful send, send_async and send_batch records a Pub
+    per message (a producer without tracing has no hook and pays nothing)."""
+    producer.register_send_hook(PubTraceHook(dispatcher))
 
 
 class _Call:

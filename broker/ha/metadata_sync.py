@@ -138,7 +138,7 @@ class MetadataSync(BackgroundService):
         if isinstance(topics, dict) and topics.get("dataVersion") != self.topics.data_version.to_json():
             self.topics.topics.clear()
             self.topics.decode(topics)
-            self.topics._changed()
+            self.topics.mark_changed()
         offsets = await self._ask(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         table = offsets.get("offsetTable") if isinstance(offsets, dict) else None
         if self.offsets.client_commits and (isinstance(table, dict) or offsets is None):
@@ -151,7 +151,7 @@ class MetadataSync(BackgroundService):
                                                            if as_int(q, -1) >= 0}
             for key, queues in (self.offsets.client_commits or {}).items():  # not handed over yet: still newest
                 self.offsets.offset_table.setdefault(key, {}).update(queues)
-            self.offsets._changed()
+            self.offsets.mark_changed()
         delay = await self._ask(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         if isinstance(delay, dict):
             await asyncio.to_thread(self._write_delay_offsets, delay)
@@ -159,7 +159,7 @@ class MetadataSync(BackgroundService):
         if isinstance(groups, dict) and groups.get("dataVersion") != self.groups.data_version.to_json():
             self.groups.groups.clear()
             self.groups.decode(groups)
-            self.groups._changed()
+            self.groups.mark_changed()
 
     def _write_delay_offsets(self, delay: dict) -> None:
         os.makedirs(os.path.dirname(self.delay_offset_path) or ".", exist_ok=True)

@@ -171,6 +171,11 @@ class PersistentTable:
         """``callback()`` runs synchronously after every change (e.g. to trigger route registration)."""
         self._listeners.append(callback)
 
+    def mark_changed(self) -> None:
+        """The table was changed from outside its own methods (a slave replacing it by the master's copy): marked
+        dirty, listeners told, a write scheduled, as after any of its own mutations."""
+        self._changed()
+
     def _changed(self, *, notify: bool = True) -> None:
         self._dirty = True
         if notify:

@@ -90,6 +90,16 @@ class BrokerRegistrar:
         topic_configs.add_topic_listener(self._on_topic_changed)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """close() was called and no start() since: it registers nothing more."""
+        return self._closed
+
+    @property
+    def running(self) -> bool:
+        """Its background loop (remote registrations, periodic re-registration) is running."""
+        return self._task is not None
+
     async def start(self) -> None:
         """Register now (local synchronously, remote in the background loop) and every period after."""
         self._closed = False

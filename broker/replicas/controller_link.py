@@ -46,6 +46,7 @@ class ControllerLink:
                  max_frame_size: int = 16 * 1024 * 1024, ssl_context=None,
                  credentials: tuple[str, str] | None = None) -> None:
         self.credentials = credentials  # (accessKey, secretKey): sign every request, for controllers with ACL on
+        self._on_request = on_request  # also for the connection to a leader known by its advertised address only
         self.addrs = list(addrs)
         self.connections = {a: _Connection(a, on_request, connect_timeout=1.0, max_frame_size=max_frame_size,
                                            ssl_context=ssl_context) for a in self.addrs}
@@ -84,7 +85,7 @@ class ControllerLink:
         if named:
             if named not in self.connections and named not in self._extra:
                 first = next(iter(self.connections.values()))
-                self._extra[named] = _Connection(named, first._on_request, connect_timeout=1.0,
+                self._extra[named] = _Connection(named, self._on_request, connect_timeout=1.0,
                                                  max_frame_size=first.max_frame_size, ssl_context=first.ssl_context)
             return self._set_leader(named)
         self.leader = None

@@ -175,7 +175,7 @@ class BrokerRoles:
         if reason is not None:
             log.error("this replica cannot be reconciled with its master: %s; it is unregistered from the name "
                       "servers and copies nothing until its store is wiped", reason)
-            if registrar is not None and not registrar._closed:
+            if registrar is not None and not registrar.closed:
                 self.parts.spawn(registrar.close(unregister=True), "unregister-unreconcilable")
 
     # ---- the two changes ---------------------------------------------------------------------------------------
@@ -192,11 +192,11 @@ class BrokerRoles:
             await self.epoch_slave.stop()
             ha.slave = None
             await p.metadata_sync.stop()
-            dispatched = getattr(store, "_replica_dispatched", None)
+            dispatched = store.replica_dispatched
             if dispatched is not None and dispatched < store.commit_log.max_offset:
                 cut = truncate_store(store, dispatched)  # a record the old master never finished sending
                 log.info("cut a partial record at the log's tail: %d bytes from %d", cut.bytes_cut, cut.to_offset)
-            store._replica_dispatched = None
+            store.replica_dispatched = None
             last = self.epoch_file.last()
             if last is not None and epoch < last.epoch:
                 log.warning("controller mode: told to be master in epoch %d, but the epoch file is at %d: ignored",
@@ -244,7 +244,7 @@ class BrokerRoles:
             await ha.master.stop()
             ha.master = None
         await p.master_services.stop()
-        store._replica_dispatched = None
+        store.replica_dispatched = None
         store.visible_limit = None
         if p.offsets.client_commits is None:  # commits made here go to the master (metadata_sync)
             p.offsets.client_commits = {}
@@ -271,7 +271,7 @@ class BrokerRoles:
         registrar = self.parts.registrar()
         if registrar is None or self.unreconcilable:
             return
-        if registrar._task is None and not registrar._closed:
+        if not registrar.running and not registrar.closed:
             await registrar.start()  # built with master_listener=self.learn_master
         else:
             registrar.request_register()

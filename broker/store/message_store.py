@@ -101,6 +101,9 @@ class MessageStore(MessageAppender):
         # controller mode (controller.md §7): consumers see no record ending past this commit-log offset (the
         # confirmOffset of allAckInSyncStateSet); None: everything is visible
         self.visible_limit: int | None = None
+        # a slave's log (append_replicated): where the next replicated record to dispatch starts; None when not
+        # replicating (the next frame's records are dispatched from the log's end)
+        self.replica_dispatched: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
@@ -497,7 +500,7 @@ class MessageStore(MessageAppender):
         Raises ValueError when offset is not this log's end, IllegalRecordError (the bytes from that record on are
         cut again, nothing of it is dispatched) when a complete record has an illegal topic or queue id."""
         cl = self.commit_log
-        dispatched = getattr(self, "_replica_dispatched", None)
+        dispatched = self.replica_dispatched
         if dispatched is None or not cl.mfq.files:
             dispatched = cl.max_offset if cl.mfq.files else offset
         cl.append_raw(offset, data)
@@ -511,7 +514,7 @@ class MessageStore(MessageAppender):
             problem = record_names_problem_at(stopped_in.mm, last - base, min(cl.file_size, end - base))
             if problem is not None:
                 cl.cut_tail(last)
-                self._replica_dispatched = last
+                self.replica_dispatched = last
                 redispatch(self, dispatched, last)
                 raise IllegalRecordError(f"the record at commit log offset {last} is refused: {problem}")
         redispatch(self, dispatched, end)
@@ -519,7 +522,7 @@ class MessageStore(MessageAppender):
             nxt = cl.mfq.find(dispatched)
             if nxt is not None and nxt.file_from_offset + cl.file_size <= end:
                 last = nxt.file_from_offset + cl.file_size  # only a BLANK marker and padding were left
-        self._replica_dispatched = last
+        self.replica_dispatched = last
         self.last_store_timestamp = int(time.time() * 1000)
         return end
 

@@ -56,7 +56,7 @@ def truncate_store(store: "MessageStore", offset: int) -> TruncateResult:
         start = max(cl.min_offset, first_gone or 0)
         if start < offset:
             redispatch(store, start, offset)
-    store._replica_dispatched = offset  # the next replicated frame starts here
+    store.replica_dispatched = offset  # the next replicated frame starts here
     cp = store.checkpoint
     cp.confirm_phy_offset = min(cp.confirm_phy_offset, offset)
     return TruncateResult(before, offset, dropped, rebuilt)

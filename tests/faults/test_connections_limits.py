@@ -5,14 +5,11 @@ number of log lines."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.broker_process import NamesrvProcess
 from protocol.codes import RequestCode, ResponseCode
 
 from tests.support.wire import WireClient
@@ -58,20 +55,10 @@ async def test_busy_connection_outlives_the_idle_timeout(broker_factory):
 
 
 async def test_standalone_name_server_reads_its_config_and_closes_idle_connections(tmp_path):
-    port = free_port()
-    conf = tmp_path / "namesrv.conf"
-    conf.write_text(f"listenPort={port}\nserverChannelMaxIdleTimeSeconds=1\nserverMaxConnections=3\n"
-                    "kvConfigPath=/tmp/unused.json\n")
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(conf), "-H", "127.0.0.1"],
-                            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
+    namesrv = NamesrvProcess(workdir=tmp_path, conf={"serverChannelMaxIdleTimeSeconds": 1, "serverMaxConnections": 3,
+                                                     "kvConfigPath": "/tmp/unused.json"})
+    port = namesrv.port
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 20
-        while not any("boot success" in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            lines.append(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20))
         reader, writer = await _open(port)
         assert await _closed_within(reader, 8)
         writer.close()
@@ -81,8 +68,8 @@ async def test_standalone_name_server_reads_its_config_and_closes_idle_connectio
         for _, w in held:
             w.close()
     finally:
-        proc.terminate()
-        output = "".join(lines) + (await asyncio.to_thread(proc.communicate, timeout=15))[0]
+        namesrv.stop()
+    output = namesrv.log_text()
     assert "kvConfigPath" in output  # reported as unused, not fatal
     assert "serverMaxConnections=3 reached" in output
 

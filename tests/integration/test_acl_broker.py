@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.broker_process import NamesrvProcess
 
 from protocol.codes import RequestCode, ResponseCode
 
@@ -165,22 +162,9 @@ def test_unusable_acl_file_stops_start_up_with_one_line(broker_factory, tmp_path
 async def test_broker_signs_its_registration_to_a_name_server_with_acl(broker_factory, tmp_path):
     """A standalone mqnamesrv with aclEnable: the broker with accessKey/secretKey gets its routes in."""
     write_acl(tmp_path / "plain_acl.yml")
-    port = free_port()
-    (tmp_path / "namesrv.conf").write_text(f"listenPort={port}\naclEnable=true\n")
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    namesrv = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(tmp_path / "namesrv.conf"),
-                                "-l", "WARNING"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    namesrv = NamesrvProcess(workdir=tmp_path, conf={"aclEnable": "true"})
     try:
-        addr = f"127.0.0.1:{port}"
-
-        async def listening():
-            try:
-                await (await WireClient.connect(addr)).close()
-                return True
-            except OSError:
-                return False
-        await wait_until(listening, "mqnamesrv to listen", timeout=20)
+        addr = namesrv.addr
         broker_factory("signed", embedded_namesrv=False, namesrv_addr=addr,
                        extra={"accessKey": ADMIN[0], "secretKey": ADMIN[1]})
         broker_factory("unsigned", embedded_namesrv=False, namesrv_addr=addr)
@@ -192,9 +176,4 @@ async def test_broker_signs_its_registration_to_a_name_server_with_acl(broker_fa
             resp = await ns.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
             assert b'"unsigned"' not in resp.body
     finally:
-        namesrv.terminate()
-        try:
-            namesrv.wait(10)
-        except subprocess.TimeoutExpired:
-            namesrv.kill()
-            namesrv.wait(5)
+        namesrv.stop()

@@ -16,7 +16,7 @@ import pytest
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, ElectMasterResponseBody, SyncStateSet
-from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.broker_process import PROJECT_ROOT, NamesrvProcess, free_port
 from tests.support.controller import ControllerProcess, FakeBroker
 from tests.support.wire import WireClient
 
@@ -219,24 +219,11 @@ def test_bad_conf_fails_start_up_with_one_line_naming_the_key(tmp_path):
 
 
 async def test_name_server_with_enable_controller_in_namesrv_answers_controller_requests(tmp_path):
-    port = free_port()
-    conf = tmp_path / "namesrv.conf"
-    conf.write_text(f"listenPort={port}\nenableControllerInNamesrv=true\ncontrollerStorePath={tmp_path / 'cs'}\n")
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(conf), "-H", "127.0.0.1",
-                             "-l", "WARNING"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    namesrv = NamesrvProcess(workdir=tmp_path, conf={"enableControllerInNamesrv": "true",
+                                                     "controllerStorePath": tmp_path / "cs"})
     try:
-        addr = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client = await WireClient.connect(addr)
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                await asyncio.sleep(0.1)
-        async with client:
+        addr = namesrv.addr
+        async with await WireClient.connect(addr) as client:
             b = FakeBroker(client, CLUSTER, GROUP, "127.0.0.1:10911")
             assert await b.obtain_id() == 1
             await b.heartbeat()
@@ -246,29 +233,16 @@ async def test_name_server_with_enable_controller_in_namesrv_answers_controller_
             # still a name server
             assert (await client.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})).code == 0
     finally:
-        proc.terminate()
-        proc.wait(10)
+        namesrv.stop()
     # without the key the name server does not answer controller codes
-    conf.write_text(f"listenPort={port}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(conf), "-H", "127.0.0.1",
-                             "-l", "WARNING"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    namesrv = NamesrvProcess(namesrv.port, workdir=tmp_path, conf={})
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client = await WireClient.connect(f"127.0.0.1:{port}")
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                await asyncio.sleep(0.1)
-        async with client:
+        async with await WireClient.connect(namesrv.addr) as client:
             r = await client.request(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": CLUSTER,
                                                                                 "brokerName": GROUP})
             assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     finally:
-        proc.terminate()
-        proc.wait(10)
+        namesrv.stop()
 
 
 async def test_broker_embedded_name_server_hosts_a_controller(broker_factory, tmp_path):

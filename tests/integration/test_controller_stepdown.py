@@ -15,7 +15,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from protocol.codes import RequestCode, ResponseCode
 from tests.support.broker_process import free_port
-from tests.support.controller_cluster import ControllerProcess
+from tests.support.controller import ControllerProcess
 from tests.support.wire import WireClient, props, send_v2_fields, wait_until
 
 TOPIC = "StepDown"
@@ -24,7 +24,7 @@ TOPIC = "StepDown"
 @pytest.fixture
 async def master(tmp_path):
     """An in-process broker elected master (epoch 1, SyncStateSet of itself) by a real controller."""
-    controller = ControllerProcess(tmp_path / "controller").start()
+    controller = ControllerProcess(tmp_path).start()
     brokers: list[Broker] = []
 
     async def make(**extra) -> Broker:

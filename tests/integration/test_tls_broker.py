@@ -16,7 +16,7 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.remoting import tls_context
 from protocol.codes import RequestCode as RC
 
-from tests.support.broker_process import PROJECT_ROOT, free_port
+from tests.support.broker_process import PROJECT_ROOT, NamesrvProcess, free_port
 from tests.support.tls_certs import Pki, make_pki
 from tests.support.wire import WireClient, send_v2_fields
 
@@ -162,24 +162,12 @@ async def test_listening_line_states_real_bind_addresses(broker_factory):
 async def test_standalone_name_server_and_broker_registration_over_tls(broker_factory, pki, tmp_path):
     """mqnamesrv -c with tlsMode=enforcing; the broker (enforcing, so tlsEnable defaults on) registers over TLS,
     verifying the name server against tlsServerTrustCertPath."""
-    port = free_port()
-    conf = tmp_path / "namesrv.conf"
-    conf.write_text(f"listenPort={port}\ntlsMode=enforcing\ntlsServerCertPath={pki.server_cert}\n"
-                    f"tlsServerKeyPath={pki.server_key}\n")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(PROJECT_ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "-c", str(conf), "-H", "127.0.0.1",
-                             "-l", "WARNING"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    ns = NamesrvProcess(workdir=tmp_path, conf={"tlsMode": "enforcing", "tlsServerCertPath": pki.server_cert,
+                                                "tlsServerKeyPath": pki.server_key})
     try:
-        assert proc.stdout is not None
-        lines = []
-        for _ in range(20):
-            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 20)
-            lines.append(line)
-            if line.startswith("listening:") or not line:
-                break
-        assert f"listening: namesrv 127.0.0.1:{port} (tls enforcing)" in "".join(lines), lines
-        namesrv = f"127.0.0.1:{port}"
+        listening = f"listening: namesrv 127.0.0.1:{ns.port} (tls enforcing)"
+        assert listening in ns.wait_for_log(listening), ns.log_text()
+        namesrv = ns.addr
         broker_factory(embedded_namesrv=False, namesrv_addr=namesrv,
                        extra=_tls_keys(pki, "enforcing", tlsServerTrustCertPath=pki.ca))
         async with Producer("tls-remote-pg", namesrv, tls=True, tls_ca_path=str(pki.ca)) as producer:
@@ -192,5 +180,4 @@ async def test_standalone_name_server_and_broker_registration_over_tls(broker_fa
                     await asyncio.sleep(0.2)
             assert result is not None and result.status is SendStatus.SEND_OK
     finally:
-        proc.terminate()
-        proc.wait(10)
+        ns.stop()

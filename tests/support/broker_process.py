@@ -98,9 +98,11 @@ class BrokerProcess:
 
     @classmethod
     def from_conf(cls, conf_path: str | os.PathLike, log_path: str | os.PathLike | None = None,
-                  wrapper: str | None = None, entry: list[str] | None = None) -> "BrokerProcess":
+                  wrapper: str | None = None, entry: list[str] | None = None,
+                  root: str | None = None) -> "BrokerProcess":
         """A broker whose broker.conf is already written (the benchmarks' own settings); ports, name and store
-        directory are read back from it."""
+        directory are read back from it. root: the checkout whose broker runs (default this one), for a benchmark
+        comparing an older version with this one."""
         self = cls.__new__(cls)
         self.conf_path = Path(conf_path)
         self.workdir = self.conf_path.parent
@@ -110,11 +112,12 @@ class BrokerProcess:
         embedded = conf.get("enableEmbeddedNamesrv", "false").lower() == "true"
         self.namesrv_port = int(conf.get("namesrvListenPort", "9876")) if embedded else None
         self.store_dir = Path(conf.get("storePathRootDir", str(Path.home() / "store")))
-        self._init_process(log_path, wrapper, entry, BENCH_BOOT_TIMEOUT_S, BENCH_STOP_TIMEOUT_S)
+        self._init_process(log_path, wrapper, entry, BENCH_BOOT_TIMEOUT_S, BENCH_STOP_TIMEOUT_S, root)
         return self
 
     def _init_process(self, log_path: str | os.PathLike | None, wrapper: str | None, entry: list[str] | None,
-                      boot_timeout: float, stop_timeout: float) -> None:
+                      boot_timeout: float, stop_timeout: float, root: str | None = None) -> None:
+        self.root = root or REPO_ROOT
         self.log_path = Path(log_path) if log_path is not None else None
         self.wrapper = shlex.split(wrapper) if wrapper else []  # e.g. a profiler that runs the interpreter
         self.entry = entry or ["-m", "broker"]  # what the interpreter runs: the broker, or a script wrapping it
@@ -146,11 +149,11 @@ class BrokerProcess:
         self._booted.clear()
         self.boot_line = ""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = self.root + os.pathsep + env.get("PYTHONPATH", "")
         log_file = open(self.log_path, "a", encoding="utf-8") if self.log_path is not None else None
         self.proc = subprocess.Popen(
             [*self.wrapper, sys.executable, *self.entry, "-c", str(self.conf_path), "-l", log_level],
-            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, bufsize=1,
         )
         self._reader = threading.Thread(target=self._drain, args=(self.proc, log_file), daemon=True)
@@ -219,21 +222,40 @@ class BrokerProcess:
 
 
 class NamesrvProcess:
-    """``python -m broker.namesrv -p <port>`` as a subprocess."""
+    """``python -m broker.namesrv`` on 127.0.0.1 as a subprocess, ready once it prints its boot line.
 
-    def __init__(self, port: int | None = None) -> None:
+    Without ``conf`` it listens on ``-p <port>``; with ``conf`` (more namesrv.conf keys: ACL, TLS, connection
+    limits, the embedded controller) it reads ``workdir/namesrv.conf`` holding ``listenPort`` and those keys, so a
+    ``plain_acl.yml`` put in workdir is its default aclFile."""
+
+    def __init__(self, port: int | None = None, *, workdir: Path | None = None,
+                 conf: dict[str, object] | None = None, log_level: str = "WARNING",
+                 timeout: float = BOOT_TIMEOUT_S) -> None:
         self.port = port or free_port()
         self.output: list[str] = []
         self._booted = threading.Event()
+        if conf is None:
+            where = ["-p", str(self.port)]
+        else:
+            if workdir is None:
+                raise ValueError("a name server conf needs a workdir to hold namesrv.conf")
+            workdir.mkdir(parents=True, exist_ok=True)
+            self.conf_path = workdir / "namesrv.conf"
+            settings = {"listenPort": self.port, **conf}
+            self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+            where = ["-c", str(self.conf_path)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker.namesrv", "-p", str(self.port), "-H", "127.0.0.1", "-l", "WARNING"],
+            [sys.executable, "-m", "broker.namesrv", *where, "-H", "127.0.0.1", "-l", log_level],
             cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
-        if not self._booted.wait(20):
-            self.stop()
-            raise RuntimeError("name server did not boot:\n" + "".join(self.output))
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._booted.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self.stop()
+                raise RuntimeError("name server did not boot:\n" + self.log_text())
 
     @property
     def addr(self) -> str:
@@ -246,7 +268,18 @@ class NamesrvProcess:
             if NAMESRV_BOOT_MARKER in line:
                 self._booted.set()
 
+    def log_text(self) -> str:
+        return "".join(self.output)
+
+    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
+        """The log once it contains text (the reader thread copies the output with a small lag)."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return log
+
     def stop(self) -> None:
+        """SIGTERM (SIGKILL after 10 s); the whole output is in log_text() afterwards."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -254,14 +287,22 @@ class NamesrvProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        self._reader.join(2)
 
 
 # ---- the benchmarks' broker: their own configuration (larger files, async flush), logged to a file ---------------
 def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port: int, commit_log_size: int,
                       broker_name: str = "bench-broker", namesrv_addr: str | None = None,
-                      extra: dict[str, object] | None = None) -> None:
+                      extra: dict[str, object] | None = None, embedded_namesrv: bool = True) -> None:
     """The benchmarks' broker.conf: one async master with an embedded name server (or registering with the name
-    server at namesrv_addr), auto-created topics; extra: more broker.conf keys."""
+    server at namesrv_addr, or with none when embedded_namesrv is false), auto-created topics; extra: more
+    broker.conf keys."""
+    if namesrv_addr:
+        namesrv = [f"namesrvAddr={namesrv_addr}", "enableEmbeddedNamesrv=false"]
+    elif embedded_namesrv:
+        namesrv = ["enableEmbeddedNamesrv=true", f"namesrvListenPort={namesrv_port}"]
+    else:
+        namesrv = ["enableEmbeddedNamesrv=false"]
     lines = [
         "brokerClusterName=BenchCluster",
         f"brokerName={broker_name}",
@@ -270,8 +311,7 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
         "brokerIP1=127.0.0.1",
         "listenHost=127.0.0.1",
         f"listenPort={listen_port}",
-        *([f"namesrvAddr={namesrv_addr}", "enableEmbeddedNamesrv=false"] if namesrv_addr else
-          ["enableEmbeddedNamesrv=true", f"namesrvListenPort={namesrv_port}"]),
+        *namesrv,
         f"storePathRootDir={store_dir}",
         f"mappedFileSizeCommitLog={commit_log_size}",
         "flushDiskType=ASYNC_FLUSH",
@@ -289,16 +329,17 @@ def write_broker_conf(path: str, store_dir: str, listen_port: int, namesrv_port:
 
 def prepare_broker(workdir: str, commit_log_size: int, wrapper: str | None,
                    entry: list[str] | None = None, broker_name: str = "bench-broker",
-                   namesrv_addr: str | None = None, extra: dict[str, object] | None = None
-                   ) -> tuple[BrokerProcess, int]:
+                   namesrv_addr: str | None = None, extra: dict[str, object] | None = None,
+                   embedded_namesrv: bool = True, root: str | None = None) -> tuple[BrokerProcess, int]:
     """Write workdir/broker.conf (store in workdir/store, two distinct free ports) and return the not yet started
     broker (logging to workdir/broker.log) with its embedded name server's port (unused when namesrv_addr names
-    another broker's name server to register with)."""
+    another broker's name server to register with, or embedded_namesrv is false). root: the checkout whose broker
+    runs (default this one)."""
     conf_path = os.path.join(workdir, "broker.conf")
     listen_port, namesrv_port = free_port(), free_port()
     while namesrv_port == listen_port:
         namesrv_port = free_port()
     write_broker_conf(conf_path, os.path.join(workdir, "store"), listen_port, namesrv_port, commit_log_size,
-                      broker_name, namesrv_addr, extra)
-    broker = BrokerProcess.from_conf(conf_path, os.path.join(workdir, "broker.log"), wrapper, entry)
+                      broker_name, namesrv_addr, extra, embedded_namesrv)
+    broker = BrokerProcess.from_conf(conf_path, os.path.join(workdir, "broker.log"), wrapper, entry, root)
     return broker, namesrv_port

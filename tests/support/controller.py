@@ -3,6 +3,7 @@ mode (broker ids, registration, heartbeats on its own connection, elections, Syn
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -21,7 +22,8 @@ CONTROLLER_BOOT_MARKER = "The Controller boot success."
 
 
 class ControllerProcess:
-    """``python -m broker.controller -c <conf>`` on 127.0.0.1 with its own store folder."""
+    """``python -m broker.controller -c <conf>`` on 127.0.0.1 with its own folder ``workdir/name`` (its .conf, store
+    and, if a test puts one there, the default ``plain_acl.yml``); ready once it prints its boot line."""
 
     def __init__(self, workdir: Path, name: str = "controller", port: int | None = None,
                  extra: dict[str, object] | None = None) -> None:
@@ -37,6 +39,11 @@ class ControllerProcess:
         self.output: list[str] = []
         self._booted = threading.Event()
         self._reader: threading.Thread | None = None
+        self.started_at = 0.0
+
+    async def past_grace(self, heartbeat_timeout_s: float = 10.0) -> None:
+        """A controller that just started waits one heartbeat timeout before it declares a master dead."""
+        await asyncio.sleep(max(0.0, self.started_at + heartbeat_timeout_s + 0.5 - time.monotonic()))
 
     @property
     def addr(self) -> str:
@@ -55,6 +62,7 @@ class ControllerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._booted.wait(0.05):
+                self.started_at = time.monotonic()
                 return self
             if self.proc.poll() is not None:
                 break

@@ -7,84 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
-from tests.support.broker_process import PROJECT_ROOT, BrokerProcess, free_port
 from protocol.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from protocol.bodies import ClusterInfo
 from protocol.codes import RequestCode, ResponseCode
 from protocol.controller import BrokerReplicasInfo, EpochEntryCache, ReplicasInfo
-
-from tests.support.broker_process import NamesrvProcess
+from tests.support.broker_process import BrokerProcess, NamesrvProcess
+from tests.support.controller import ControllerProcess
 from tests.support.wire import WireClient, props, pull_records, send_v2_fields
 
 GROUP = "broker-f"
 CLUSTER = "FailCluster"
 FILE_SIZE = 1024 * 1024
-
-
-class ControllerProcess:
-    """``python -m broker.controller -c <conf>``: ready once its port accepts connections."""
-
-    def __init__(self, workdir: Path, extra: dict[str, object] | None = None) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-        settings = {"listenPort": self.port, "controllerStorePath": workdir / "controller-store", **(extra or {})}
-        self.conf_path = workdir / "controller.conf"
-        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-        self.output: list[str] = []
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0.0
-
-    async def past_grace(self, heartbeat_timeout_s: float = 10.0) -> None:
-        """A controller that just started waits one heartbeat timeout before it declares a master dead."""
-        await asyncio.sleep(max(0.0, self.started_at + heartbeat_timeout_s + 0.5 - time.monotonic()))
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> "ControllerProcess":
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.controller", "-c", str(self.conf_path)],
-                                     cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
-        threading.Thread(target=self._drain, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                self.started_at = time.monotonic()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("controller did not start:\n" + "".join(self.output[-40:]))
-
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 class FailoverCluster:
@@ -100,7 +36,7 @@ class FailoverCluster:
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "plain_acl.yml").write_text(acl_yaml)
         self.namesrv = NamesrvProcess()
-        self.controller = ControllerProcess(workdir / "controller", controller_extra).start()
+        self.controller = ControllerProcess(workdir, "controller", extra=controller_extra).start()
         self.brokers: list[BrokerProcess] = []
         for i in range(replicas):
             d = workdir / f"replica{i}"

@@ -33,7 +33,7 @@ from broker.managers.producer_manager import ProducerManager
 from broker.managers.rebalance_lock import RebalanceLockManager
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigManager
-from broker.remoting_server import _ServerProtocol
+from broker.remoting_connection import ServerProtocol
 from broker.store.message_store import MessageStore
 from protocol.acl_signature import sign
 from protocol.codes import RequestCode
@@ -183,7 +183,7 @@ class Harness:
             return decide(principal, needs, **kwargs)
         authorizer.decide = recording_decide
         self.transport = _Transport()
-        self.protocol = _ServerProtocol(self.broker.server)
+        self.protocol = ServerProtocol(self.broker.server)
         self.protocol.connection_made(self.transport)
         self.opaque = 0
         self.record_offsets: dict[int, str] = {}

@@ -15,7 +15,7 @@ import broker.core.send_batch as send_batch_module
 import broker.processors.send as send_module
 from broker.broker import Broker
 from broker.config import BrokerConfig
-from broker.remoting_server import _ServerProtocol
+from broker.remoting_connection import ServerProtocol
 from broker.store.index import KeyHasher
 from protocol.codes import RequestCode, SerializeType
 from protocol.command import RemotingCommand, ResponseTemplate, encode_command
@@ -212,7 +212,7 @@ async def _run(tmp_path, name: str, general: bool, monkeypatch, port: int) -> tu
         store.index.hasher = _ReferenceHasher()
     await instance.start()
     transport = _Transport()
-    protocol = _ServerProtocol(instance.server)
+    protocol = ServerProtocol(instance.server)
     protocol.connection_made(transport)
     try:
         for data in _traffic():

@@ -204,7 +204,7 @@ async def test_sql_pulls_are_answered_one_per_loop_turn(tmp_path) -> None:
 
     from broker.broker import Broker
     from broker.config import BrokerConfig
-    from broker.remoting_server import _ServerProtocol
+    from broker.remoting_connection import ServerProtocol
     from protocol.codes import RequestCode
     from protocol.command import RemotingCommand, encode_command
     from protocol.frame import FrameDecoder
@@ -218,7 +218,7 @@ async def test_sql_pulls_are_answered_one_per_loop_turn(tmp_path) -> None:
     instance = Broker(config)
     await instance.start()
     transport = _Transport()
-    protocol = _ServerProtocol(instance.server)
+    protocol = ServerProtocol(instance.server)
     protocol.connection_made(transport)
 
     def frame(opaque: int, code: int, fields: dict[str, str], body: bytes = b"") -> bytes:
