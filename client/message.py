@@ -109,10 +109,11 @@ SEND_STATUS_BY_CODE = {
 class SendResult:
     """Outcome of a send. `msg_id` is the client UNIQ_KEY (comma-joined for batches); `offset_msg_id` is the broker's.
     `region_id` and `trace_on` are the broker's answer's MSG_REGION and TRACE_ON (its `regionId` and `traceOn`):
-    message traces record the region and are not written for a broker that answers TRACE_ON=false."""
+    message traces record the region and are not written for a broker that answers TRACE_ON=false. `recall_handle`:
+    for a timed message, what `Producer.recall_message` takes to cancel it before its time (None otherwise)."""
 
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "message_queue", "transaction_id",
-                 "region_id", "trace_on")
+                 "region_id", "trace_on", "recall_handle")
 
     def __init__(
         self,
@@ -125,6 +126,7 @@ class SendResult:
         transaction_id: str | None = None,
         region_id: str = "",
         trace_on: bool = True,
+        recall_handle: str | None = None,
     ) -> None:
         self.status = status
         self.msg_id = msg_id
@@ -135,6 +137,7 @@ class SendResult:
         self.transaction_id = transaction_id
         self.region_id = region_id
         self.trace_on = trace_on
+        self.recall_handle = recall_handle
 
     def __repr__(self) -> str:
         return (

@@ -27,6 +27,7 @@ from client.instance import ClientLifecycle, ClientInstance, _int
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, SendStatus
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.publish_routes import PublishRoutes, QueueSelector
+from client.recall import recall_timed_message
 from client.send_hooks import SendContext, SendHook, SendHooks
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode
@@ -434,6 +435,14 @@ class Producer(ClientLifecycle):
         mq = await self._routes.choose_queue(prepared.topic, messages[0], selector, arg, queue)
         return await self._send_to_queue(mq, prepared, timeout)
 
+    async def recall_message(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
+        """Cancel a timed message of ``topic`` before its time, by the ``recall_handle`` its send was answered with
+        (``SendResult.recall_handle``); the recalled message's id. The broker needs ``recallMessageEnable=true``."""
+        if not self._started:
+            raise MQClientError("producer is not started; call await producer.start() or use 'async with'")
+        return await recall_timed_message(self._instance, self.group, topic, recall_handle,
+                                          self.send_timeout if timeout is None else timeout)
+
     async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The writable queues the producer would use for topic (loads the route if needed)."""
         info = await self._routes.publish_info(topic)
@@ -589,4 +598,5 @@ class Producer(ClientLifecycle):
         return SendResult(
             status, prepared.msg_id, ext.get("msgId"), queue_id, _int(ext.get("queueOffset"), -1), mq,
             ext.get("transactionId"), ext.get("MSG_REGION") or "", ext.get("TRACE_ON") != "false",
+            ext.get("recallHandle"),
         )

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import grpc
+import pytest
 from google.protobuf import timestamp_pb2
 
 from protocol.codes import RequestCode as RC, ResponseCode as R
@@ -195,16 +196,28 @@ async def test_a_kill_neither_loses_nor_repeats_timed_messages(grpc_broker_facto
     assert sorted(stored) == sorted(seen)  # each exactly once
 
 
-async def test_the_project_client_sends_timed_messages(grpc_broker_factory):
+async def test_the_project_client_sends_recalls_and_receives_timed_messages(grpc_broker_factory):
     from client import Message, Producer
+    from client.errors import MQBrokerError, MQClientError
 
     broker = timer_broker(grpc_broker_factory)
     await create_topic(broker.addr, TOPIC, queues=1)
     deliver_ms = int(time.time() * 1000) + 1200
     async with Producer("timed-producer", broker.namesrv_addr) as producer:
         result = await producer.send(Message(TOPIC, b"at a time", deliver_time_ms=deliver_ms))
-    seen = await arrivals(broker.addr, {result.msg_id}, 10)
+        gone = await producer.send(Message(TOPIC, b"recalled", deliver_time_ms=deliver_ms))
+        plain = await producer.send(Message(TOPIC, b"now"))
+        assert result.recall_handle and gone.recall_handle and plain.recall_handle is None
+        assert await producer.recall_message(TOPIC, gone.recall_handle) == gone.msg_id
+        with pytest.raises(MQBrokerError) as again:
+            await producer.recall_message(TOPIC, gone.recall_handle)
+        assert again.value.code == R.ILLEGAL_OPERATION and "recalled already" in again.value.remark
+        with pytest.raises(MQClientError, match="recall handle is invalid"):
+            await producer.recall_message(TOPIC, "nonsense")
+    seen = await arrivals(broker.addr, {result.msg_id, plain.msg_id}, 10)
     assert deliver_ms <= seen[result.msg_id] + 60 < deliver_ms + 1000
+    await asyncio.sleep(0.3)
+    assert gone.msg_id not in await arrivals(broker.addr, {gone.msg_id}, 0.2)  # never delivered
 
 
 SDK_TIMED = """
