@@ -24,8 +24,8 @@ from protocol.codes import RequestCode
 from protocol.ids import decode_offset_msg_id
 
 __all__ = ["ADMIN_CODES", "CONTROLLER_ADMIN_CODES", "NAMESRV_ADMIN_CODES", "NAMESRV_LISTING_CODES", "RESOURCE_CODES",
-           "BrokerLookups", "RecordTopics", "consumer_needs", "end_transaction_needs", "needed_resources", "send_needs",
-           "topic_resource"]
+           "BrokerLookups", "RecordTopics", "consumer_needs", "end_transaction_needs", "needed_resources",
+           "send_back_needs", "send_needs", "topic_resource"]
 
 # Admin-only on the broker: the reference's five; this project's RESEND_DLQ_MESSAGE (writes into any topic) and
 # CONSUME_MESSAGE_DIRECTLY (makes a consumer's listener run on any stored message); and the whole-broker listings
@@ -167,14 +167,19 @@ def _view_message(request: Any, records: RecordTopics | None) -> Needs:
     return _record_needs(records, request.offset, SUB)
 
 
-def _send_back(request: Any, records: RecordTopics | None) -> Needs:
-    """SUB on the group, and SUB on the topic of the record being sent back: the record is copied into the group's
-    retry topic, from where the group reads it."""
-    needs = [(group_resource(request.group), SUB)] if request.group else []
-    for need in _record_needs(records, request.offset, SUB):
+def send_back_needs(records: RecordTopics | None, group: str, offset: int | None) -> Needs:
+    """What a send-back of the record at ``offset`` by ``group`` needs (the messaging core's SendBackRequest.needs()
+    and the remoting table below): SUB on the group, and SUB on the topic of the record being sent back: the record
+    is copied into the group's retry topic, from where the group reads it."""
+    needs = [(group_resource(group), SUB)] if group else []
+    for need in _record_needs(records, offset, SUB):
         if need not in needs:
             needs.append(need)
     return needs
+
+
+def _send_back(request: Any, records: RecordTopics | None) -> Needs:
+    return send_back_needs(records, request.group, request.offset)
 
 
 def end_transaction_needs(records: RecordTopics | None, commit_log_offset: int | None) -> Needs:

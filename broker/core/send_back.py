@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Protocol
 
+from broker.acl.authorizer import Needs
+from broker.acl.resources import RecordTopics, send_back_needs
 from broker.core.outcome import Outcome, Requester
 from broker.core.retries import FIRST_RETRY_DELAY_LEVEL, dead_letter_topic, reconsume_limit
 from broker.core.send_types import SendResult
@@ -56,6 +58,10 @@ class SendBackRequest:
     delay_level: int = 0
     max_reconsume_times: int | None = None
     requester: Requester = _LOCAL
+
+    def needs(self, records: RecordTopics | None = None) -> Needs:
+        """SUB on the group and on the topic of the record at ``offset`` (found through ``records``, the store)."""
+        return send_back_needs(records, self.group, self.offset)
 
 
 @dataclass(slots=True)

@@ -212,3 +212,20 @@ async def test_a_run_on_a_sync_master_without_a_slave_is_stored_and_each_told(sy
     assert [r.code for r in results] == [ResponseCode.SLAVE_NOT_AVAILABLE] * 6  # as each alone would be
     assert [r.value.queue_offset for r in results] == list(range(6)) and results[0].remark == "SLAVE_NOT_AVAILABLE"
     assert len(core.read("Orders", 0)) == 6
+
+
+def test_a_send_back_needs_what_the_remoting_table_asks_of_its_header(core):
+    """SendBackRequest.needs() and CONSUMER_SEND_MSG_BACK's row of the ACL table are one function: SUB on the group
+    and on the topic of the record at the offset (found in the store)."""
+    from broker.acl.resources import needed_resources
+    from protocol.codes import RequestCode
+    from protocol.command import RemotingCommand
+    from protocol.requests import read_request
+
+    parts = core
+    phys = parts.stored("Orders", 0).physical_offset
+    header = read_request(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK,
+                                                  {"group": "cg", "offset": str(phys), "delayLevel": "0"}, opaque=1))
+    typed = SendBackRequest("cg", phys)
+    assert typed.needs(parts.store) == needed_resources(RequestCode.CONSUMER_SEND_MSG_BACK, header, parts.store)
+    assert {name for name, _ in typed.needs(parts.store)} == {"%RETRY%cg", "Orders"}
