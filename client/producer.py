@@ -210,7 +210,7 @@ class Producer(ClientLifecycle):
         return {"producerDataSet": [{"groupName": self.group}, {"groupName": "CLIENT_INNER_PRODUCER"}]}
 
     # ------------------------------------------------------------------ public API
-    async def send(
+    def send(
         self,
         msg: Message,
         *,
@@ -219,8 +219,9 @@ class Producer(ClientLifecycle):
         queue: MessageQueue | None = None,
         delay_level: int | None = None,
         timeout: float | None = None,
-    ) -> SendResult:
-        """Send one message and wait for the broker's answer.
+    ) -> Awaitable[SendResult]:
+        """Send one message and wait for the broker's answer (``await producer.send(msg)``: a plain function returning
+        the send's coroutine, so a producer without send hooks pays no second coroutine per message).
 
         Without `queue`/`selector`: round-robin over writable queues, skipping brokers that fault isolation avoids;
         a failure (network error, timeout, retryable broker code) is retried (up to retry_times_when_send_failed
@@ -231,8 +232,8 @@ class Producer(ClientLifecycle):
         """
         if self._send_hooks.hooks:
             context = self._send_hooks.before([msg], False, delay_level)
-            return await self._hooked(self._send(msg, selector, arg, queue, delay_level, timeout), context)
-        return await self._send(msg, selector, arg, queue, delay_level, timeout)
+            return self._hooked(self._send(msg, selector, arg, queue, delay_level, timeout), context)
+        return self._send(msg, selector, arg, queue, delay_level, timeout)
 
     async def _send(self, msg: Message, selector: QueueSelector | None, arg: object, queue: MessageQueue | None,
                     delay_level: int | None, timeout: float | None) -> SendResult:
@@ -408,7 +409,7 @@ class Producer(ClientLifecycle):
                 mq = same_broker[index % len(same_broker)]
         raise last_error or RemotingTimeoutError(f"send to topic {prepared.topic!r} timed out after {timeout}s")
 
-    async def send_batch(
+    def send_batch(
         self,
         msgs: Iterable[Message],
         *,
@@ -416,13 +417,14 @@ class Producer(ClientLifecycle):
         arg: object = None,
         queue: MessageQueue | None = None,
         timeout: float | None = None,
-    ) -> SendResult:
-        """Send messages of one topic as ONE SEND_BATCH_MESSAGE; msg_id is the comma-joined UNIQ_KEYs."""
+    ) -> Awaitable[SendResult]:
+        """Send messages of one topic as ONE SEND_BATCH_MESSAGE; msg_id is the comma-joined UNIQ_KEYs (awaitable,
+        as ``send``)."""
         messages = list(msgs)
         if self._send_hooks.hooks:
             context = self._send_hooks.before(messages, True, None)
-            return await self._hooked(self._send_batch(messages, selector, arg, queue, timeout), context)
-        return await self._send_batch(messages, selector, arg, queue, timeout)
+            return self._hooked(self._send_batch(messages, selector, arg, queue, timeout), context)
+        return self._send_batch(messages, selector, arg, queue, timeout)
 
     async def _send_batch(self, messages: list[Message], selector: QueueSelector | None, arg: object,
                           queue: MessageQueue | None, timeout: float | None) -> SendResult:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from client import message as _message
@@ -108,16 +108,22 @@ class _Facade:
         self.shutdown()
 
 
+async def _awaited_on_loop(send: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """``send(*args, **kwargs)`` called on the client's loop and awaited: the async producer's send is a plain
+    function that runs its send hooks when called, and they belong to the loop's thread."""
+    return await send(*args, **kwargs)
+
+
 class Producer(_Facade):
     """Blocking client.Producer: same constructor arguments, same method names."""
 
     _async_cls = AsyncProducer
 
     def send(self, msg: _message.Message, **kwargs) -> _message.SendResult:
-        return self._call(self._client.send(msg, **kwargs))
+        return self._call(_awaited_on_loop(self._client.send, msg, **kwargs))
 
     def send_batch(self, msgs: Iterable[_message.Message], **kwargs) -> _message.SendResult:
-        return self._call(self._client.send_batch(list(msgs), **kwargs))
+        return self._call(_awaited_on_loop(self._client.send_batch, list(msgs), **kwargs))
 
     def send_oneway(self, msg: _message.Message, **kwargs) -> None:
         self._call(self._client.send_oneway(msg, **kwargs))
