@@ -134,6 +134,7 @@ class Broker:
         # POP consumption (5.x SDKs over gRPC): one store, groups and offsets shared with remoting consumers.
         self.pop_service = PopService(self.store, self.topic_config_manager, self.subscription_group_manager,
                                       self.consumer_offset_manager, config_dir, config.broker_name, self.arrivals,
+                                      store_message=lambda message: self.send_service.store_written(message),
                                       renew=RenewPolicy(config.default_invisible_time_mills,
                                                         config.renew_ahead_time_millis, config.renew_max_time_millis))
         # delayed delivery, the timer, transaction checks and POP: run by a master only (started and stopped here, or

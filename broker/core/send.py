@@ -439,6 +439,14 @@ class SendService:
             return self._put_one(message, queue_id, uniq_key, timed)
         return stored_outcome(self.store.append_one(message), queue_id, uniq_key, timed)
 
+    async def store_written(self, message: MessageToStore) -> Outcome[SendResult]:
+        """A message a broker service writes on its own (POP's retries and dead letters: broker/pop/service.py),
+        stored as a send is — the in-sync check and the slaves' acknowledgement on a replicating master, the flush
+        with SYNC_FLUSH — so it is acknowledged only when a send would be; its Outcome (``ok`` only when stored and
+        safe)."""
+        result = self.store_one(message, message.queue_id, message.uniq_key)
+        return result if type(result) is Outcome else await result
+
     def _store_deferred(self, deferred: list[tuple[MessageToStore, int, str, bool]]
                         ) -> tuple[list[Outcome], PutResult | None]:
         """One append per (topic, queue), outcomes in request order, and the last append that stored anything (the

@@ -19,11 +19,12 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.background import BackgroundService
 from broker.core.arrivals import ANY_QUEUE, WAKE_SHUTDOWN, Arrivals, Watch
+from broker.core.outcome import Outcome
 from broker.log_limit import RateLimitedLog
 from broker.managers.derived_names import pop_retry_topic  # the name's one definition (checked there at receive)
 from broker.managers.topic_config import dlq_topic
@@ -33,7 +34,7 @@ from broker.pop.state import Inflight, PopState, QueueKey, QueueProgress
 from broker.pop.types import (KIND_BUSY, KIND_HANDLE_EXPIRED, KIND_HANDLE_UNKNOWN, KIND_INTERNAL, KIND_NOT_FOUND,
                               MAX_BATCH, DeadLetter as _DeadLetter, Delivery, PopError, PopPass as _Pass, PopRequest,
                               RenewPolicy)
-from broker.store.types import GetStatus, message_from_record
+from broker.store.types import GetStatus, MessageToStore, message_from_record
 from protocol.codes import PERM_READ
 from protocol.json_body import as_int
 from protocol.message import MessageRecord, RecordError, iter_records
@@ -59,14 +60,18 @@ UNREQUEUEABLE_RETRY_MS = 60_000
 
 class PopService(BackgroundService):
     """Owned by the broker: `load()` before start, `start()` runs the revive task, `stop()` saves the state.
-    Receives wait for messages on the broker's one new-message notification (``arrivals``)."""
+    Receives wait for messages on the broker's one new-message notification (``arrivals``). The retries and dead
+    letters it writes go through ``store_message`` (the send core's ``store_written``: stored as a send is, with its
+    in-sync, flush and replication waits)."""
 
     task_name = "pop-revive"
 
     def __init__(self, store: Any, topics: Any, groups: Any, offsets: Any, config_dir: str, broker_name: str,
-                 arrivals: Arrivals, client_alive: Callable[[str], bool] = lambda _client: True,
+                 arrivals: Arrivals, store_message: Callable[[MessageToStore], Awaitable[Outcome]],
+                 client_alive: Callable[[str], bool] = lambda _client: True,
                  renew: RenewPolicy = RenewPolicy()) -> None:
         self.store = store
+        self.store_message = store_message
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
@@ -430,9 +435,9 @@ class PopService(BackgroundService):
             properties[PROP_DLQ_ORIGIN_MESSAGE_ID] = properties.get("UNIQ_KEY") or item.record.offset_msg_id
             properties.setdefault(PROP_ORIGIN_MESSAGE_ID, item.record.offset_msg_id)
             message = message_from_record(item.record, config.topic_name, 0, properties, item.record.reconsume_times)
-            result = await self.store.put_message(message)
-            if not result.ok:
-                raise PopError(KIND_INTERNAL, f"storing the dead letter failed: {result.status.name}")
+            stored = await self.store_message(message)
+            if not stored.ok:
+                raise PopError(KIND_INTERNAL, f"storing the dead letter failed: {stored.remark or stored.code}")
             progress = self.state.get(item.key)
             if progress is not None and item.offset in progress.inflight:
                 progress.finish([item.offset])
@@ -517,10 +522,10 @@ class PopService(BackgroundService):
                 properties[PROP_ORIGIN_QUEUE_ID] = str(queue_id)
                 properties[PROP_ORIGIN_QUEUE_OFFSET] = str(offset)
             message = message_from_record(record, retry, 0, properties, record.reconsume_times + 1)
-            result = await self.store.put_message(message)
-            if not result.ok:
+            stored = await self.store_message(message)
+            if not stored.ok:
                 self._warnings.warning(("pop-requeue", original), "cannot re-queue a lapsed delivery of %s to %s: %s",
-                                       original, retry, result.status.name)  # tried again each pass: said once a minute
+                                       original, retry, stored.remark or stored.code)  # said once a minute
                 return
             if progress.inflight.get(offset) is not entry:
                 return  # acked while the copy was written: the copy is delivered once more (at least once)

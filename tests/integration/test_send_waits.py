@@ -83,3 +83,54 @@ async def test_pipelined_sends_to_a_sync_flush_broker_are_stored_together_and_ea
     assert [(int(a.ext_fields["queueId"]), int(a.ext_fields["queueOffset"])) for a in answers] == [
         (i % 2, i // 2) for i in range(16)]
     assert [a.ext_fields["transactionId"] for a in answers] == [f"F{i}" for i in range(16)]
+
+
+async def test_a_pop_dead_letter_on_a_sync_master_waits_for_a_slave_as_a_send_does(broker_factory, namesrv):
+    """POP's own writes (a 5.x consumer's ForwardMessageToDeadLetterQueue, the retries of lapsed deliveries) are
+    stored as a send is: with no slave in sync the forward is not acknowledged (the delivery stays in flight); once
+    the slave is up it is, and the dead letter is already in the slave's log."""
+    from protocol.grpc import definition_pb2 as pb
+    from protocol.grpc import service_pb2 as spb
+    from tests.support.broker_process import free_port
+    from tests.support.grpc_pop import Pop
+
+    common = {"brokerClusterName": "PopCluster", "slaveTimeout": 3000}
+    grpc_port = free_port()
+    master = broker_factory("broker-p", embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                            extra={**common, "brokerRole": "SYNC_MASTER", "enableGrpcProxy": "true",
+                                   "grpcServerPort": grpc_port, "grpcClientConsumerMinLongPollingTimeoutMillis": 100})
+    slave_dir = master.workdir / "slave"
+    slave_dir.mkdir()
+    slave = BrokerProcess(slave_dir, "broker-p", embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
+    async with await WireClient.connect(master.addr) as client:
+        alone = await send(client, "PopSync", "P0", b"dead soon")
+        assert alone.code == R.SLAVE_NOT_AVAILABLE  # stored on the master, but no slave has it
+    pop = Pop(grpc_port, group="popGroup", topic="PopSync")
+    try:
+        status, got = await pop.receive(invisible_ms=60_000, poll_ms=1000)
+        assert status.code == pb.OK and [m.body for m in got] == [b"dead soon"], status
+        handle = got[0].system_properties.receipt_handle
+
+        async def forward() -> pb.Status:
+            return (await pop.stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name="popGroup"), topic=pb.Resource(name="PopSync"), receipt_handle=handle,
+                message_id="P0", delivery_attempt=1, max_delivery_attempts=16), metadata=pop.metadata,
+                timeout=10)).status
+
+        refused = await forward()
+        assert refused.code != pb.OK and "SLAVE_NOT_AVAILABLE" in refused.message, refused
+        slave.start()
+        try:
+            async with await WireClient.connect(master.addr) as client:
+                async def replicated_send():
+                    resp = await send(client, "PopSync", "P1", b"probe")
+                    return resp if resp.code == R.SUCCESS else None
+                await wait_until(replicated_send, "a SEND_OK once the slave is connected", timeout=20, interval=0.3)
+            done = await forward()  # the same delivery: still in flight after the refusal
+            assert done.code == pb.OK, done
+            assert b"DLQ_ORIGIN_MESSAGE_ID\x01P0\x02" in log_bytes(slave.store_dir)
+        finally:
+            slave.stop()
+    finally:
+        await pop.close()
