@@ -124,7 +124,8 @@ class Broker:
             TransactionSettings(config.transaction_time_out, config.transaction_check_interval,
                                 config.transaction_check_max, float(config.file_reserved_time)),
             store_host=self.store_host, broker_name=config.broker_name,
-            producer_channel=self.producer_manager.find_channel)
+            producer_channel=self.producer_manager.find_channel,
+            store_message=lambda message: self.send_service.store_written(message))
         # The one notification of new messages (fed by the store per put): held pulls and POP receives wait on it.
         self.arrivals = Arrivals()
         group_names = GroupNames()

@@ -224,6 +224,11 @@ class ResponseCode(enum.IntEnum):
     RPC_TIME_OUT = -1006
 
 
+#: a send's answer codes whose message was stored: SUCCESS, and a flush or a slave that did not complete in time (the
+#: reference's clients take these as sent, SendStatus FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE)
+STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                          ResponseCode.SLAVE_NOT_AVAILABLE})
+
 # Transaction states carried in EndTransactionRequestHeader.commitOrRollback
 TRANSACTION_NOT_TYPE = 0
 TRANSACTION_PREPARED_TYPE = 4

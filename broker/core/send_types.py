@@ -12,7 +12,7 @@ from broker.acl.authorizer import Needs
 from broker.acl.resources import send_needs
 from broker.core.outcome import Outcome, Requester
 from broker.store.types import MessageToStore, PutResult, PutStatus
-from protocol.codes import ResponseCode
+from protocol.codes import STORED_CODES, ResponseCode  # noqa: F401 - STORED_CODES: re-exported for the core
 from protocol.properties import decode_properties
 
 PROP_UNIQ_KEY = "UNIQ_KEY"
@@ -41,9 +41,6 @@ _PUT_STATUS_CODES: dict[PutStatus, int] = {
     PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
-#: codes whose message is stored (the value is set): SUCCESS, and a flush or replication that did not complete
-STORED_CODES = frozenset({ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
-                          ResponseCode.SLAVE_NOT_AVAILABLE})
 SUCCESS_CODE = int(ResponseCode.SUCCESS)
 _LOCAL = Requester("127.0.0.1:0", "console")
 

@@ -41,7 +41,8 @@ class Core:
         self.groups = SubscriptionGroupManager(str(root / "config"))
         self.transactions = TransactionService(self.store, _NoOffsets(), TransactionSettings(),
                                                store_host=self.store.config.store_host, broker_name="core",
-                                               producer_channel=lambda group: None)
+                                               producer_channel=lambda group: None,
+                                               store_message=lambda message: self.send.store_written(message))
         store = self.store
         self.send = SendService(self.config, store, self.topics, self.groups, sync_flush=False,
                                 replication=ReplicationWaiter(self.config, lambda: None,
