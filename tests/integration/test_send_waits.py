@@ -25,6 +25,18 @@ def namesrv():
     server.stop()
 
 
+def sync_master_and_slave(broker_factory, namesrv, name: str, **master_extra) -> tuple[BrokerProcess, BrokerProcess]:
+    """A started SYNC_MASTER (3 s slave timeout, ``master_extra`` more keys) and its slave, not started yet."""
+    common = {"brokerClusterName": "WaitCluster", "slaveTimeout": 3000}
+    master = broker_factory(name, embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                            extra={**common, "brokerRole": "SYNC_MASTER", **master_extra})
+    slave_dir = master.workdir / "slave"
+    slave_dir.mkdir()
+    slave = BrokerProcess(slave_dir, name, embedded_namesrv=False, namesrv_addr=namesrv.addr,
+                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
+    return master, slave
+
+
 def log_bytes(store_dir: Path) -> bytes:
     return b"".join(f.read_bytes() for f in sorted((store_dir / "commitlog").iterdir()))
 
@@ -39,13 +51,7 @@ async def send_back(client: WireClient, sent, group: str):
 
 
 async def test_a_send_back_on_a_sync_master_waits_for_a_slave_as_a_send_does(broker_factory, namesrv):
-    common = {"brokerClusterName": "BackCluster", "slaveTimeout": 3000}
-    master = broker_factory("broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                            extra={**common, "brokerRole": "SYNC_MASTER"})
-    slave_dir = master.workdir / "slave"
-    slave_dir.mkdir()
-    slave = BrokerProcess(slave_dir, "broker-b", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
+    master, slave = sync_master_and_slave(broker_factory, namesrv, "broker-b")
     async with await WireClient.connect(master.addr) as client:
         alone = await send(client, "BackSync", "B0", b"fail me")
         assert alone.code == R.SLAVE_NOT_AVAILABLE  # stored on the master, but no slave has it
@@ -94,15 +100,9 @@ async def test_a_pop_dead_letter_on_a_sync_master_waits_for_a_slave_as_a_send_do
     from tests.support.broker_process import free_port
     from tests.support.grpc_pop import Pop
 
-    common = {"brokerClusterName": "PopCluster", "slaveTimeout": 3000}
     grpc_port = free_port()
-    master = broker_factory("broker-p", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                            extra={**common, "brokerRole": "SYNC_MASTER", "enableGrpcProxy": "true",
-                                   "grpcServerPort": grpc_port, "grpcClientConsumerMinLongPollingTimeoutMillis": 100})
-    slave_dir = master.workdir / "slave"
-    slave_dir.mkdir()
-    slave = BrokerProcess(slave_dir, "broker-p", embedded_namesrv=False, namesrv_addr=namesrv.addr,
-                          extra={**common, "brokerRole": "SLAVE", "brokerId": 1})
+    master, slave = sync_master_and_slave(broker_factory, namesrv, "broker-p", enableGrpcProxy="true",
+                                          grpcServerPort=grpc_port, grpcClientConsumerMinLongPollingTimeoutMillis=100)
     async with await WireClient.connect(master.addr) as client:
         alone = await send(client, "PopSync", "P0", b"dead soon")
         assert alone.code == R.SLAVE_NOT_AVAILABLE  # stored on the master, but no slave has it

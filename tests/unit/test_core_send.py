@@ -8,62 +8,20 @@ import time
 import pytest
 
 from broker.acl.accounts import PUB, SUB
-from broker.config import BrokerConfig
 from broker.core.outcome import Outcome, Requester
-from broker.core.replication import ReplicationWaiter
 from broker.core.send import (REASON_BODY_TOO_LARGE, REASON_DELIVERY_TIME, REASON_ILLEGAL_TOPIC,
-                              REASON_PROPERTIES_TOO_LARGE, Message, SendRequest, SendService)
-from broker.core.transaction import EndTransactionRequest, EndTransactionService, REASON_NOT_THIS_TRANSACTION
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.store.message_store import MessageStore
-from broker.transaction.service import COMMIT, ROLLBACK, UNKNOWN, TransactionService, TransactionSettings
+                              REASON_PROPERTIES_TOO_LARGE, Message, SendRequest)
+from broker.core.transaction import EndTransactionRequest, REASON_NOT_THIS_TRANSACTION
+from broker.transaction.service import COMMIT, ROLLBACK, UNKNOWN
 from protocol.codes import PERM_READ, ResponseCode
-from protocol.message import iter_records
 from protocol.properties import encode_properties
+from tests.support.core_parts import CoreParts
 
 REQUESTER = Requester("127.0.0.1:40000", "test")
 
 
-class Core:
-    """The send and end-transaction services over a real store, as the Broker builds them."""
-
-    def __init__(self, root, **config) -> None:
-        values = dict(broker_name="core", broker_ip1="127.0.0.1", listen_port=10911, namesrv_addr=None,
-                      store_path_root_dir=str(root), mapped_file_size_commit_log=1 << 20,
-                      mapped_file_size_consume_queue=20_000, max_hash_slot_num=997, max_index_num=4000,
-                      auto_create_topic_enable=True)
-        values.update(config)
-        self.config = BrokerConfig(**values)
-        self.store = MessageStore(self.config.to_store_config())
-        self.store.load()
-        self.topics = TopicConfigManager(self.config, str(root / "config"))
-        self.groups = SubscriptionGroupManager(str(root / "config"))
-        self.transactions = TransactionService(self.store, _NoOffsets(), TransactionSettings(),
-                                               store_host=self.store.config.store_host, broker_name="core",
-                                               producer_channel=lambda group: None,
-                                               store_message=lambda message: self.send.store_written(message))
-        store = self.store
-        self.send = SendService(self.config, store, self.topics, self.groups, sync_flush=False,
-                                replication=ReplicationWaiter(self.config, lambda: None,
-                                                              lambda: store.commit_log_max_offset),
-                                remember_half=self.transactions.remember_half, delay_max_level=lambda: 18)
-        self.end = EndTransactionService(self.config, self.transactions)
-
-    def create(self, topic: str, queues: int = 4) -> None:
-        self.topics.create_topic_if_absent(topic, queues)
-
-    def read(self, topic: str, queue_id: int) -> list:
-        result = self.store.get_messages(topic, queue_id, 0, 100)
-        return list(iter_records(result.body())) if result.message_count else []
-
-
-class _NoOffsets:
-    def commit_offset(self, *args, **kwargs) -> None:
-        pass
-
-    def query_offset(self, *args, **kwargs) -> int:
-        return -1
+class Core(CoreParts):
+    """The send and end-transaction services over a real store, as the Broker builds them (tests/support)."""
 
 
 async def _done(result) -> Outcome:

@@ -6,49 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import BrokerConfig
 from broker.core.outcome import Outcome, Requester
-from broker.core.replication import ReplicationWaiter
-from broker.core.send import Message, SendRequest, SendService
-from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, SendBackRequest, SendBackService
-from broker.managers.dlq_resends import DlqResendLog
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.store.message_store import MessageStore
+from broker.core.send import Message, SendRequest
+from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, SendBackRequest
 from broker.store.types import MessageToStore, PutStatus
 from protocol.codes import ResponseCode
 from protocol.ids import pack_host
-from protocol.message import iter_records
 from protocol.properties import encode_properties
+from tests.support.core_parts import CoreParts
 
 REQUESTER = Requester("127.0.0.1:40000", "test", access_key="ops")
 
 
-class Core:
-    """The send and send-back services over a real store, as the Broker builds them (no HA master: a SYNC_MASTER
-    has no slave)."""
-
-    def __init__(self, root, **config) -> None:
-        values = dict(broker_name="core", broker_ip1="127.0.0.1", listen_port=10911, namesrv_addr=None,
-                      store_path_root_dir=str(root), mapped_file_size_commit_log=1 << 20,
-                      mapped_file_size_consume_queue=20_000, max_hash_slot_num=997, max_index_num=4000,
-                      auto_create_topic_enable=True)
-        values.update(config)
-        self.config = BrokerConfig(**values)
-        self.store = store = MessageStore(self.config.to_store_config())
-        store.load()
-        self.topics = TopicConfigManager(self.config, str(root / "config"))
-        self.groups = SubscriptionGroupManager(str(root / "config"))
-        self.send = SendService(self.config, store, self.topics, self.groups, sync_flush=bool(store.config.sync_flush),
-                                replication=ReplicationWaiter(self.config, lambda: None,
-                                                              lambda: store.commit_log_max_offset),
-                                remember_half=lambda *args: None, delay_max_level=lambda: 18)
-        self.resends = DlqResendLog(str(root / "config"))
-        self.back = SendBackService(self.config, store, self.topics, self.groups, self.send, self.resends)
-
-    def read(self, topic: str, queue_id: int) -> list:
-        result = self.store.get_messages(topic, queue_id, 0, 100)
-        return list(iter_records(result.body())) if result.message_count else []
+class Core(CoreParts):
+    """The send and send-back services over a real store, as the Broker builds them (tests/support; no HA master: a
+    SYNC_MASTER has no slave)."""
 
     def stored(self, topic: str, queue_id: int, body: bytes = b"failed", uniq_key: str = "U1"):
         """A message stored in ``topic`` (straight into the store: the test's starting point), as read back."""
