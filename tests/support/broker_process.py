@@ -58,7 +58,23 @@ def _read_conf(path: Path) -> dict[str, str]:
     return settings
 
 
-class BrokerProcess:
+class _ProcessOutput:
+    """The output a process's reader thread collects (``self.output``, a list of lines)."""
+
+    output: list[str]
+
+    def log_text(self) -> str:
+        return "".join(self.output)
+
+    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
+        """The log once it contains text (the reader thread copies the process's output with a small lag)."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return log
+
+
+class BrokerProcess(_ProcessOutput):
     """A broker subprocess with its own broker.conf and store directory; its output is kept in memory (and copied
     to ``log_path`` when given) by a reader thread so the pipe never blocks it."""
 
@@ -210,18 +226,9 @@ class BrokerProcess:
         if self._reader is not None:
             self._reader.join(2)
 
-    def log_text(self) -> str:
-        return "".join(self.output)
-
-    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
-        """The log once it contains text (the reader thread copies the broker's output with a small lag)."""
-        deadline = time.monotonic() + timeout
-        while text not in (log := self.log_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return log
 
 
-class NamesrvProcess:
+class NamesrvProcess(_ProcessOutput):
     """``python -m broker.namesrv`` on 127.0.0.1 as a subprocess, ready once it prints its boot line.
 
     Without ``conf`` it listens on ``-p <port>``; with ``conf`` (more namesrv.conf keys: ACL, TLS, connection
@@ -268,15 +275,6 @@ class NamesrvProcess:
             if NAMESRV_BOOT_MARKER in line:
                 self._booted.set()
 
-    def log_text(self) -> str:
-        return "".join(self.output)
-
-    def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
-        """The log once it contains text (the reader thread copies the output with a small lag)."""
-        deadline = time.monotonic() + timeout
-        while text not in (log := self.log_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return log
 
     def stop(self) -> None:
         """SIGTERM (SIGKILL after 10 s); the whole output is in log_text() afterwards."""
