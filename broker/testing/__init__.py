@@ -21,11 +21,9 @@ other ports. Importing this module imports nothing but the standard library.
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
 import random
 import shutil
-import signal
 import site
 import socket
 import subprocess
@@ -35,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
+
+from broker.testing.process import ServerProcess, ServerStartError
 
 __all__ = ["RocketMQBroker", "BrokerStartError", "free_port"]
 
@@ -75,9 +75,7 @@ def _checkout_root() -> str | None:
 _CHECKOUT = _checkout_root()
 
 
-class BrokerStartError(RuntimeError):
-    """The broker process did not boot (it exited, or printed no boot line in time); the message ends with the
-    last lines it printed."""
+BrokerStartError = ServerStartError  # the broker did not boot; the message ends with the last lines it printed
 
 
 def _bindable(port: int) -> bool:
@@ -127,10 +125,7 @@ class RocketMQBroker:
         self.workdir: Path | None = None
         self.port = self.namesrv_port = self.ha_port = 0
         self.grpc_port: int | None = None
-        self.proc: subprocess.Popen | None = None
-        self.output: collections.deque[str] = collections.deque(maxlen=500)
-        self._booted = threading.Event()
-        self._reader: threading.Thread | None = None
+        self._server: ServerProcess | None = None
 
     # ---- endpoints ------------------------------------------------------------------------------
     @property
@@ -159,17 +154,21 @@ class RocketMQBroker:
         return self.workdir / "broker.conf"
 
     @property
+    def proc(self) -> subprocess.Popen | None:
+        return self._server.proc if self._server is not None else None
+
+    @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self._server.pid if self._server is not None else None
 
     def log_text(self) -> str:
         """The last lines the broker printed (its log goes to the same place)."""
-        return "".join(self.output)
+        return self._server.log_text() if self._server is not None else ""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "RocketMQBroker":
         """Start the broker and wait until it serves; retried on other ports if one was taken meanwhile."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self._server is not None and self._server.running:
             return self
         if self.workdir is None:
             if self._workdir_arg is not None:
@@ -192,21 +191,7 @@ class RocketMQBroker:
 
     def stop(self) -> int | None:
         """SIGTERM (a graceful shutdown), SIGKILL if it hangs; then the temporary directory is removed."""
-        code = None
-        proc = self.proc
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-            code = proc.returncode
-            if self._reader is not None:
-                self._reader.join(2)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        code = self._server.stop(self.stop_timeout) if self._server is not None else None
         self._cleanup()
         return code
 
@@ -242,42 +227,13 @@ class RocketMQBroker:
         self.conf_path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()), encoding="utf-8")
 
     def _launch(self) -> None:
-        self.output.clear()
-        self._booted.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if _CHECKOUT is not None:  # run the broker of this very checkout, whatever the working directory
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(self.conf_path), "-l", "WARNING"],
-                                     cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
-        self._reader = threading.Thread(target=self._drain, args=(self.proc,), daemon=True,
-                                        name=f"rocketmq-broker-{self.proc.pid}")
-        self._reader.start()
-        deadline = time.monotonic() + self.boot_timeout
-        while time.monotonic() < deadline:
-            if self._booted.wait(0.05):
-                return
-            if self.proc.poll() is not None:
-                self._reader.join(2)
-                break
-        code = self.proc.poll()
-        if code is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._reader.join(2)
-        state = f"exited with code {code}" if code is not None else \
-            f"printed no boot line within {self.boot_timeout:g} s"
-        raise BrokerStartError(f"broker {self.name} did not boot: {state}:\n" + "".join(list(self.output)[-40:]))
-
-    def _drain(self, proc: subprocess.Popen) -> None:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                self.output.append(line)
-                if BOOT_MARKER in line and "The broker[" in line:
-                    self._booted.set()
-        except (OSError, ValueError):  # the pipe closed under us at stop
-            pass
+        self._server = ServerProcess([sys.executable, "-m", "broker", "-c", str(self.conf_path), "-l", "WARNING"],
+                                     ready=(BOOT_MARKER, "The broker["), name=f"broker {self.name}",
+                                     cwd=str(self.workdir), env=env, keep_lines=500)
+        self._server.start(self.boot_timeout)
 
     def _cleanup(self) -> None:
         if self._own_workdir and self.workdir is not None:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import IO
 
 # the package's free_port (below the kernel's ephemeral range, never the same port twice in a process)
 from broker.testing import free_port
+from broker.testing.process import ServerProcess
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REPO_ROOT = str(PROJECT_ROOT)  # the benchmarks' spelling (a str for os.path and sys.path)
@@ -58,23 +55,33 @@ def _read_conf(path: Path) -> dict[str, str]:
     return settings
 
 
-class _ProcessOutput:
-    """The output a process's reader thread collects (``self.output``, a list of lines)."""
+class _ServerHelper:
+    """What the broker and name-server helpers share: their process (broker.testing.process.ServerProcess, the
+    launcher RocketMQBroker uses too), its Popen (``proc``), pid and output."""
 
-    output: list[str]
+    server: ServerProcess
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.server.proc
+
+    @property
+    def pid(self) -> int | None:
+        return self.server.pid
+
+    @property
+    def output(self) -> list[str]:
+        return self.server.output  # type: ignore[return-value]
 
     def log_text(self) -> str:
-        return "".join(self.output)
+        return self.server.log_text()
 
     def wait_for_log(self, text: str, timeout: float = 5.0) -> str:
         """The log once it contains text (the reader thread copies the process's output with a small lag)."""
-        deadline = time.monotonic() + timeout
-        while text not in (log := self.log_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return log
+        return self.server.wait_for_log(text, timeout)
 
 
-class BrokerProcess(_ProcessOutput):
+class BrokerProcess(_ServerHelper):
     """A broker subprocess with its own broker.conf and store directory; its output is kept in memory (and copied
     to ``log_path`` when given) by a reader thread so the pipe never blocks it."""
 
@@ -139,11 +146,8 @@ class BrokerProcess(_ProcessOutput):
         self.entry = entry or ["-m", "broker"]  # what the interpreter runs: the broker, or a script wrapping it
         self.boot_timeout = boot_timeout
         self.stop_timeout = stop_timeout
-        self.boot_line = ""
-        self.proc: subprocess.Popen | None = None
-        self.output: list[str] = []
-        self._booted = threading.Event()
-        self._reader: threading.Thread | None = None
+        self.server = ServerProcess([], ready=(BOOT_MARKER, "The broker["), name=f"broker {self.name}", cwd=self.root,
+                                    log_path=self.log_path)
 
     @property
     def addr(self) -> str:
@@ -155,80 +159,30 @@ class BrokerProcess(_ProcessOutput):
         return f"127.0.0.1:{self.namesrv_port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+    def boot_line(self) -> str:
+        return self.server.ready_line
 
     def start(self, timeout: float | None = None, log_level: str = "WARNING") -> "BrokerProcess":
         """Start the process and wait (bounded) for its boot line; a broker that exits or hangs is killed and
-        reported with the end of its output. Tests that read INFO lines pass log_level="INFO"."""
-        timeout = self.boot_timeout if timeout is None else timeout
-        self._booted.clear()
-        self.boot_line = ""
+        reported with the end of its output (ServerStartError, a RuntimeError). Tests that read INFO lines pass
+        log_level="INFO"."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = self.root + os.pathsep + env.get("PYTHONPATH", "")
-        log_file = open(self.log_path, "a", encoding="utf-8") if self.log_path is not None else None
-        self.proc = subprocess.Popen(
-            [*self.wrapper, sys.executable, *self.entry, "-c", str(self.conf_path), "-l", log_level],
-            cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1,
-        )
-        self._reader = threading.Thread(target=self._drain, args=(self.proc, log_file), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._booted.wait(0.05):
-                return self
-            if self.proc.poll() is not None:
-                self._reader.join(2)  # the last lines of a broker that exited
-                break
-        code = self.proc.poll()
-        self.kill()
-        where = f" (log: {self.log_path})" if self.log_path is not None else ""
-        state = f"exited with {code}" if code is not None else f"printed no boot line within {timeout:.0f} s"
-        raise RuntimeError(f"broker {self.name} did not boot: {state}{where}:\n" + "".join(self.output[-60:]))
-
-    def _drain(self, proc: subprocess.Popen, log_file: IO[str] | None) -> None:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                self.output.append(line)
-                if log_file is not None:
-                    log_file.write(line)
-                    log_file.flush()
-                if BOOT_MARKER in line and "The broker[" in line:
-                    self.boot_line = line.strip()
-                    self._booted.set()
-        finally:
-            if log_file is not None:
-                log_file.close()
+        self.server.env = env
+        self.server.argv = [*self.wrapper, sys.executable, *self.entry, "-c", str(self.conf_path), "-l", log_level]
+        self.server.start(self.boot_timeout if timeout is None else timeout)
+        return self
 
     def stop(self, timeout: float | None = None) -> int | None:
         """SIGTERM (graceful shutdown), then SIGKILL if it hangs. Returns the exit code."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc else None
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(self.stop_timeout if timeout is None else timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait(10)
-        finally:
-            if self._reader is not None:
-                self._reader.join(2)
+        return self.server.stop(self.stop_timeout if timeout is None else timeout)
 
     def kill(self) -> None:
         """kill -9: no shutdown code runs."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        if self._reader is not None:
-            self._reader.join(2)
+        self.server.kill()
 
 
-
-class NamesrvProcess(_ProcessOutput):
+class NamesrvProcess(_ServerHelper):
     """``python -m broker.namesrv`` on 127.0.0.1 as a subprocess, ready once it prints its boot line.
 
     Without ``conf`` it listens on ``-p <port>``; with ``conf`` (more namesrv.conf keys: ACL, TLS, connection
@@ -239,8 +193,6 @@ class NamesrvProcess(_ProcessOutput):
                  conf: dict[str, object] | None = None, log_level: str = "WARNING",
                  timeout: float = BOOT_TIMEOUT_S) -> None:
         self.port = port or free_port()
-        self.output: list[str] = []
-        self._booted = threading.Event()
         if conf is None:
             where = ["-p", str(self.port)]
         else:
@@ -253,39 +205,17 @@ class NamesrvProcess(_ProcessOutput):
             where = ["-c", str(self.conf_path)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker.namesrv", *where, "-H", "127.0.0.1", "-l", log_level],
-            cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while not self._booted.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() >= deadline:
-                self.stop()
-                raise RuntimeError("name server did not boot:\n" + self.log_text())
+        self.server = ServerProcess([sys.executable, "-m", "broker.namesrv", *where, "-H", "127.0.0.1", "-l", log_level],
+                                    ready=(NAMESRV_BOOT_MARKER,), name="name server", cwd=PROJECT_ROOT, env=env)
+        self.server.start(timeout)
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line)
-            if NAMESRV_BOOT_MARKER in line:
-                self._booted.set()
-
-
     def stop(self) -> None:
         """SIGTERM (SIGKILL after 10 s); the whole output is in log_text() afterwards."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._reader.join(2)
+        self.server.stop(10)
 
 
 # ---- the benchmarks' broker: their own configuration (larger files, async flush), logged to a file ---------------

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.controller import SyncStateSet
+from broker.testing.process import ServerProcess
 from tests.support.broker_process import PROJECT_ROOT, free_port
 from tests.support.wire import WireClient
 
@@ -35,10 +34,9 @@ class ControllerProcess:
         conf.update(extra or {})
         self.conf_path = self.workdir / "controller.conf"
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
-        self.proc: subprocess.Popen | None = None
-        self.output: list[str] = []
-        self._booted = threading.Event()
-        self._reader: threading.Thread | None = None
+        self.server = ServerProcess([sys.executable, "-m", "broker.controller", "-c", str(self.conf_path),
+                                     "-H", "127.0.0.1", "-l", "INFO"], ready=(CONTROLLER_BOOT_MARKER,),
+                                    name=f"controller {name}", cwd=PROJECT_ROOT)
         self.started_at = 0.0
 
     async def past_grace(self, heartbeat_timeout_s: float = 10.0) -> None:
@@ -49,57 +47,31 @@ class ControllerProcess:
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.server.proc
+
+    @property
+    def output(self) -> list[str]:
+        return self.server.output  # type: ignore[return-value]
+
     def start(self, timeout: float = 20.0) -> "ControllerProcess":
-        self._booted.clear()
-        self.output = []
+        """Start and wait (bounded) for the boot line (ServerStartError, a RuntimeError, if it never comes)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.controller", "-c", str(self.conf_path),
-                                      "-H", "127.0.0.1", "-l", "INFO"], cwd=PROJECT_ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        self._reader = threading.Thread(target=self._drain, args=(self.proc,), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._booted.wait(0.05):
-                self.started_at = time.monotonic()
-                return self
-            if self.proc.poll() is not None:
-                break
-        self.kill()
-        raise RuntimeError(f"controller {self.name} did not boot:\n" + "".join(self.output[-60:]))
-
-    def _drain(self, proc: subprocess.Popen) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.output.append(line)
-            if CONTROLLER_BOOT_MARKER in line:
-                self._booted.set()
+        self.server.env = env
+        self.server.start(timeout)
+        self.started_at = time.monotonic()
+        return self
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc else None
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait(5)
-        finally:
-            if self._reader is not None:
-                self._reader.join(2)
+        return self.server.stop(timeout)
 
     def kill(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if self._reader is not None:
-            self._reader.join(2)
+        self.server.kill()
 
     def log_text(self) -> str:
-        return "".join(self.output)
+        return self.server.log_text()
 
 
 class FakeBroker:
