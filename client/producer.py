@@ -28,7 +28,7 @@ from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResul
 from client.outgoing import DEFAULT_TOPIC, MessageEncoder, PreparedSend
 from client.publish_routes import PublishRoutes, QueueSelector
 from client.recall import recall_timed_message
-from client.send_hooks import SendContext, SendHook, SendHooks
+from client.send_hooks import SendHook, SendHooks
 from client.wire import frame, make_send_header_builder, make_signed_send_header_builder
 from protocol.codes import RequestCode
 from protocol.ids import UniqKeyGenerator
@@ -132,7 +132,8 @@ class Producer(ClientLifecycle):
             if start_detector_enable:
                 self._detector = BrokerDetector(self._faults, self._instance, self._routes.probe_topic, detect_interval,
                                                 detect_timeout)
-        self._send_hooks = SendHooks(group)  # called around send, send_async, send_batch (register_send_hook)
+        # called around send, send_async, send_batch (register_send_hook)
+        self._send_hooks = SendHooks(group, lambda name: self._instance.master_addr(name))
         # Message traces (client/trace.py): a send hook, registered only when asked for.
         self.trace_dispatcher = None
         if enable_trace:
@@ -147,31 +148,6 @@ class Producer(ClientLifecycle):
         """Have hook.send_before/send_after called around every send, send_async and send_batch (client/send_hooks.py;
         message traces use one)."""
         self._send_hooks.register(hook)
-
-    def _hooks_after(self, context: SendContext, result: SendResult | None, error: BaseException | None) -> None:
-        addr = ""
-        if result is not None:
-            name = result.message_queue.broker_name
-            addr = self._instance.master_addr(name) or name
-        self._send_hooks.after(context, result, error, addr)
-
-    def _hooks_after_task(self, context: SendContext, task: asyncio.Task) -> None:
-        if task.cancelled():
-            self._hooks_after(context, None, asyncio.CancelledError())
-        elif task.exception() is not None:
-            self._hooks_after(context, None, task.exception())
-        else:
-            self._hooks_after(context, task.result(), None)
-
-    async def _hooked(self, send: Awaitable[SendResult], context: SendContext) -> SendResult:
-        """Await send (not started yet: the before hooks ran first), then the after hooks."""
-        try:
-            result = await send
-        except BaseException as exc:
-            self._hooks_after(context, None, exc)
-            raise
-        self._hooks_after(context, result, None)
-        return result
 
     @property
     def default_topic_queue_nums(self) -> int:
@@ -232,7 +208,7 @@ class Producer(ClientLifecycle):
         """
         if self._send_hooks.hooks:
             context = self._send_hooks.before([msg], False, delay_level)
-            return self._hooked(self._send(msg, selector, arg, queue, delay_level, timeout), context)
+            return self._send_hooks.around(self._send(msg, selector, arg, queue, delay_level, timeout), context)
         return self._send(msg, selector, arg, queue, delay_level, timeout)
 
     async def _send(self, msg: Message, selector: QueueSelector | None, arg: object, queue: MessageQueue | None,
@@ -367,7 +343,7 @@ class Producer(ClientLifecycle):
 
             task.add_done_callback(done)
         if context is not None:  # after the callback, as a wrapper around send_async would see it
-            task.add_done_callback(functools.partial(self._hooks_after_task, context))
+            task.add_done_callback(functools.partial(self._send_hooks.ended_task, context))
         return task
 
     async def _send_async(self, prepared, msg, selector, arg, queue, timeout: float) -> SendResult:
@@ -423,7 +399,7 @@ class Producer(ClientLifecycle):
         messages = list(msgs)
         if self._send_hooks.hooks:
             context = self._send_hooks.before(messages, True, None)
-            return self._hooked(self._send_batch(messages, selector, arg, queue, timeout), context)
+            return self._send_hooks.around(self._send_batch(messages, selector, arg, queue, timeout), context)
         return self._send_batch(messages, selector, arg, queue, timeout)
 
     async def _send_batch(self, messages: list[Message], selector: QueueSelector | None, arg: object,

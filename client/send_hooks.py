@@ -4,14 +4,16 @@ SendMessageHook). Message traces (client/trace.py) register one; a producer with
 
 ``send_before(context)`` runs before anything is sent; ``send_after(context)`` once the send is over, with
 ``context.result`` (and ``context.broker_addr``, the master that stored it) or ``context.error`` set (send and
-send_batch report a validation error there; send_async raises it at once, before the hooks). Retries inside one call are one send. A hook that raises is logged (at most once a minute per
-producer) and never fails the send.
+send_batch report a validation error there; send_async raises it at once, before the hooks). Retries inside one
+call are one send. A hook that raises is logged (at most once a minute per producer) and never fails the send.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,13 +47,15 @@ class SendHook(Protocol):
 
 
 class SendHooks:
-    """A producer's registered hooks, called in registration order."""
+    """A producer's registered hooks, called in registration order; ``master_addr(broker_name)`` names the master
+    that stored a message (None when the route does not know it)."""
 
-    __slots__ = ("group", "hooks", "_warned_at")
+    __slots__ = ("group", "hooks", "master_addr", "_warned_at")
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, master_addr: Callable[[str], str | None] = lambda _name: None) -> None:
         self.group = group
         self.hooks: list[SendHook] = []
+        self.master_addr = master_addr
         self._warned_at = -_WARN_INTERVAL_S
 
     def register(self, hook: SendHook) -> None:
@@ -74,6 +78,33 @@ class SendHooks:
                 hook.send_after(context)
             except Exception as exc:
                 self._failed(hook, exc)
+
+    def ended(self, context: SendContext, result: SendResult | None, error: BaseException | None) -> None:
+        """``after`` with the address of the master that stored ``result``."""
+        addr = ""
+        if result is not None:
+            name = result.message_queue.broker_name
+            addr = self.master_addr(name) or name
+        self.after(context, result, error, addr)
+
+    def ended_task(self, context: SendContext, task: asyncio.Task) -> None:
+        """``ended`` for a send run as a task (send_async): its result, exception or cancellation."""
+        if task.cancelled():
+            self.ended(context, None, asyncio.CancelledError())
+        elif task.exception() is not None:
+            self.ended(context, None, task.exception())
+        else:
+            self.ended(context, task.result(), None)
+
+    async def around(self, send: Awaitable[SendResult], context: SendContext) -> SendResult:
+        """Await ``send`` (not started yet: the before hooks ran first), then the after hooks."""
+        try:
+            result = await send
+        except BaseException as exc:
+            self.ended(context, None, exc)
+            raise
+        self.ended(context, result, None)
+        return result
 
     def _failed(self, hook: SendHook, exc: Exception) -> None:
         now = time.monotonic()
