@@ -321,3 +321,19 @@ def _send_back_answer(stored: Outcome[SendResult]) -> Outcome[SendResult]:
     if stored.ok or stored.code == ResponseCode.SYSTEM_ERROR:
         return stored
     return Outcome(int(ResponseCode.SYSTEM_ERROR), stored.remark, stored.value, stored.reason)
+
+
+def resend_fields(outcome: Outcome) -> dict[str, str] | None:
+    """A resend's answer fields, the same for the remoting answer and the console: the copy's ``msgId``, ``topic``,
+    ``queueId``, ``queueOffset`` (and ``uniqKey``); for a letter resent before, ``resentAt``, ``resentBy`` and
+    ``resentCount``; None for any other refusal."""
+    value = outcome.value
+    if outcome.reason == REASON_ALREADY_RESENT:
+        return {"resentAt": str(value["at"]), "resentBy": value["by"], "resentCount": str(value["count"])}
+    if not isinstance(value, ResendResult):
+        return None
+    fields = {"msgId": value.msg_id, "topic": value.topic, "queueId": str(value.queue_id),
+              "queueOffset": str(value.queue_offset)}
+    if value.uniq_key:
+        fields["uniqKey"] = value.uniq_key
+    return fields

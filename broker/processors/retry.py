@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.core.outcome import Outcome, Requester
-from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, ResendResult, SendBackRequest
+from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, SendBackRequest, resend_fields
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.requests import read_request
@@ -85,17 +85,10 @@ class RetryProcessor:
 
     @staticmethod
     def _resend_response(cmd: RemotingCommand, outcome: Outcome) -> RemotingCommand:
-        value = outcome.value
-        if outcome.reason == REASON_ALREADY_RESENT:
-            return cmd.make_response(outcome.code, outcome.remark, {
-                "resentAt": str(value["at"]), "resentBy": value["by"], "resentCount": str(value["count"])})
-        if not isinstance(value, ResendResult):
-            return cmd.make_response(outcome.code, outcome.remark)
-        ext = {"msgId": value.msg_id, "topic": value.topic, "queueId": str(value.queue_id),
-               "queueOffset": str(value.queue_offset)}
-        if value.uniq_key:
-            ext["uniqKey"] = value.uniq_key
-        return cmd.make_response(outcome.code, None if outcome.ok else outcome.remark, ext)
+        fields = resend_fields(outcome)
+        if fields is None or outcome.reason == REASON_ALREADY_RESENT:
+            return cmd.make_response(outcome.code, outcome.remark, fields)
+        return cmd.make_response(outcome.code, None if outcome.ok else outcome.remark, fields)
 
     async def _resend_later(self, cmd: RemotingCommand, pending: Any) -> RemotingCommand:
         return self._resend_response(cmd, await pending)

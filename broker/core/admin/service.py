@@ -16,7 +16,7 @@ from broker.core.admin.requests import (AllProducersRequest, BrokerConfigRequest
                                         ProducerConnectionRequest, ResendDeadLetterRequest, RuntimeInfoRequest,
                                         SubscriptionGroupsRequest, TopicConfigsRequest, TopicStatsRequest,
                                         UpdateSubscriptionGroupRequest, UpdateTopicRequest)
-from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, ResendResult
+from broker.core.send_back import REASON_ALREADY_RESENT, ResendRequest, resend_fields
 from broker.core.consume import GroupNames
 from broker.core.outcome import Outcome, Requester
 from broker.managers.consumer_manager import group_topics
@@ -290,17 +290,8 @@ async def _persist_before_answer(what: str, *tables: Any) -> Outcome | None:
 
 
 def _resend_fields(outcome: Outcome) -> Outcome[dict[str, str]]:
-    value = outcome.value
-    if outcome.reason == REASON_ALREADY_RESENT:
-        return Outcome(outcome.code, outcome.remark, {"resentAt": str(value["at"]), "resentBy": value["by"],
-                                                      "resentCount": str(value["count"])}, "resent")
-    if not isinstance(value, ResendResult):
-        return Outcome(outcome.code, outcome.remark, None, outcome.reason)
-    fields = {"msgId": value.msg_id, "topic": value.topic, "queueId": str(value.queue_id),
-              "queueOffset": str(value.queue_offset)}
-    if value.uniq_key:
-        fields["uniqKey"] = value.uniq_key
-    return Outcome(outcome.code, outcome.remark, fields, outcome.reason)
+    reason = "resent" if outcome.reason == REASON_ALREADY_RESENT else outcome.reason
+    return Outcome(outcome.code, outcome.remark, resend_fields(outcome), reason)
 
 
 async def _resend_fields_later(pending: Any) -> Outcome[dict[str, str]]:
